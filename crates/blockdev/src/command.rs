@@ -1,0 +1,111 @@
+//! The shapes of the optional commands. Devices that do not implement one answer
+//! `DevError::Unsupported`; later layers (emulated SSD firmware, zoned namespaces) fill them in.
+
+use serde::{Deserialize, Serialize};
+
+/// Hints attached to a write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteHints {
+    /// Forced unit access: durable when the write completes.
+    pub fua: bool,
+    /// The data is a transient replica that will soon be invalidated (ScalaAFA §5.5 tags backup
+    /// copies this way so the SLC evictor can leave them in place).
+    pub transient: bool,
+    /// Stream or tenant id, for placement (CSAL groups compaction by tenant).
+    pub stream: Option<u16>,
+}
+
+impl WriteHints {
+    pub const NONE: WriteHints = WriteHints { fua: false, transient: false, stream: None };
+    pub const FUA: WriteHints = WriteHints { fua: true, transient: false, stream: None };
+}
+
+/// Zone commands of a zoned namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ZoneCommand {
+    Report {
+        first_zone: u64,
+        max_zones: u64,
+    },
+    Reset {
+        zone: u64,
+    },
+    Finish {
+        zone: u64,
+    },
+    Open {
+        zone: u64,
+    },
+    Close {
+        zone: u64,
+    },
+    /// Appends `data` to the zone; the reply gives the LBA where it landed.
+    Append {
+        zone: u64,
+        data: Vec<u8>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ZoneState {
+    Empty,
+    ImplicitOpen,
+    ExplicitOpen,
+    Closed,
+    Full,
+    Offline,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneDescriptor {
+    pub start_lba: u64,
+    pub write_pointer: u64,
+    pub capacity_blocks: u64,
+    pub state: ZoneState,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ZoneReply {
+    Done,
+    Zones(Vec<ZoneDescriptor>),
+    Appended { lba: u64 },
+}
+
+/// Which parity row a conversion computes: P (XOR) or Q (the second Reed-Solomon row).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ParityType {
+    /// Parity row `index` of the code's generator matrix (0 = P, 1 = Q, ...).
+    Row { index: u8, data_chunks: u8 },
+}
+
+/// ScalaAFA's conversion command (§5.3): read `num` chunks of `chunk_blocks` starting at each
+/// `src` LBA into device memory, compute parity row `ptype`, write it at `dst`, and invalidate
+/// the source (transient) copies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvertCommand {
+    pub src: Vec<u64>,
+    pub dst: u64,
+    pub chunk_blocks: u32,
+    pub ptype: ParityType,
+}
+
+/// A near-storage compute request: run `function` over the given blocks inside the device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ComputeCommand<'a> {
+    pub function: &'a str,
+    pub lba: u64,
+    pub num_blocks: u64,
+    pub args: &'a [u8],
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VendorCommand<'a> {
+    Convert(ConvertCommand),
+    Compute(ComputeCommand<'a>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VendorReply {
+    Done,
+    Computed(Vec<u8>),
+}

@@ -1,0 +1,68 @@
+use serde::{Deserialize, Serialize};
+
+/// Which optional commands a device supports. Engines read this to pick a fast path or a
+/// fallback.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Forced unit access on writes is honoured (otherwise a device emulates it with a flush).
+    pub fua: bool,
+    /// Write hints (transient replica, stream id) are recorded by the device.
+    pub write_hints: bool,
+    /// Zone management commands.
+    pub zones: bool,
+    /// ScalaAFA's conversion vendor command.
+    pub convert: bool,
+    /// The near-storage compute vendor command.
+    pub compute: bool,
+}
+
+/// Zone layout of a zoned device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneGeometry {
+    pub zone_blocks: u64,
+    pub zone_capacity_blocks: u64,
+    pub max_open_zones: u32,
+}
+
+/// The description every device gives of itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// The layer's name in the stack (for reports and error messages).
+    pub name: String,
+    /// Logical block size in bytes: the unit of `lba` and of I/O lengths.
+    pub block_size: u32,
+    /// Capacity in logical blocks.
+    pub num_blocks: u64,
+    /// Metadata bytes the device stores with each block (0: none).
+    pub md_bytes_per_block: u32,
+    /// Largest single I/O the device takes, in blocks (0: no limit).
+    pub max_io_blocks: u32,
+    /// Preferred I/O granularity in blocks (a stripe engine reports its full-stripe size).
+    pub optimal_io_blocks: u32,
+    pub zones: Option<ZoneGeometry>,
+    pub caps: Capabilities,
+}
+
+impl DeviceInfo {
+    pub fn new(name: impl Into<String>, block_size: u32, num_blocks: u64) -> Self {
+        Self {
+            name: name.into(),
+            block_size,
+            num_blocks,
+            md_bytes_per_block: 0,
+            max_io_blocks: 0,
+            optimal_io_blocks: 1,
+            zones: None,
+            caps: Capabilities::default(),
+        }
+    }
+
+    pub fn with_md_bytes(mut self, md_bytes_per_block: u32) -> Self {
+        self.md_bytes_per_block = md_bytes_per_block;
+        self
+    }
+
+    pub fn capacity_bytes(&self) -> u64 {
+        self.num_blocks * self.block_size as u64
+    }
+}

@@ -1,0 +1,19 @@
+//! Plain devices at the bottom of a stack: [`ram::RamDevice`] (sparse memory) and
+//! [`file::FileDevice`] (a regular file or a block device).
+//!
+//! Both complete commands without modelled delay unless a fixed `latency_ns` is configured, in
+//! which case every command takes that long on the runtime's clock (virtual in sim). The
+//! emulated SSD, which models time in detail, lives in its own crate.
+
+pub mod file;
+pub mod ram;
+
+pub use file::{FileDevice, FileOptions};
+pub use ram::RamDevice;
+
+/// Waits `latency_ns` on the runtime clock when a fixed device latency is configured.
+pub(crate) async fn model_latency(latency_ns: u64) {
+    if latency_ns > 0 {
+        flashrig_runtime::sleep_ns(latency_ns).await;
+    }
+}

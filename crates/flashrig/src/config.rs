@@ -1,0 +1,365 @@
+//! The run configuration: which runtime, which device stack, which workload.
+//!
+//! Every option has a default (see [`Config::default`] and `flashrig config show`), a TOML file
+//! overrides what it names, and unknown keys are errors so a typo never silently does nothing.
+
+use std::path::{Path, PathBuf};
+
+use flashrig_runtime::RuntimeKind;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::size::Size;
+
+/// The built-in default configuration, shown by `flashrig config show` and run by
+/// `flashrig run` without a file.
+pub const DEFAULT_CONFIG_TOML: &str = include_str!("../../../configs/default.toml");
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Seed of every random choice (workload offsets, data patterns, simulated faults).
+    pub seed: u64,
+    /// `sim` (virtual clock, deterministic) or `real` (threads, real clock).
+    pub runtime: RuntimeKind,
+    /// Reactors (cores) the runtime runs.
+    pub reactors: usize,
+    pub device: DeviceConfig,
+    pub workload: WorkloadConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            seed: 42,
+            runtime: RuntimeKind::Sim,
+            reactors: 1,
+            device: DeviceConfig::Ram(RamConfig::default()),
+            workload: WorkloadConfig::default(),
+        }
+    }
+}
+
+/// A layer of the device stack. Engines hold their members, so a stack is a tree.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum DeviceConfig {
+    Ram(RamConfig),
+    File(FileConfig),
+    Stripe(StripeConfig),
+    Concat(ConcatConfig),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RamConfig {
+    pub name: Option<String>,
+    pub capacity: Size,
+    pub block_size: u32,
+    /// Metadata bytes stored with each block (0: none).
+    pub md_bytes: u32,
+    /// Fixed latency of every command on the runtime clock. A RAM disk's own latency is far
+    /// below anything flashrig models, so the default is 0; set it to give a simulated stack
+    /// of RAM devices a time scale.
+    pub latency_ns: u64,
+}
+
+impl Default for RamConfig {
+    fn default() -> Self {
+        Self { name: None, capacity: Size::gib(1), block_size: 4096, md_bytes: 0, latency_ns: 0 }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileConfig {
+    pub name: Option<String>,
+    /// A regular file (created if missing) or a block device. In a member template `{i}` is
+    /// replaced by the member's index.
+    pub path: PathBuf,
+    /// Data capacity; required to create a file, otherwise the file's own size.
+    pub size: Option<Size>,
+    pub block_size: u32,
+    pub md_bytes: u32,
+    /// O_DIRECT where the file system allows it.
+    pub direct: bool,
+    pub latency_ns: u64,
+}
+
+impl Default for FileConfig {
+    fn default() -> Self {
+        Self {
+            name: None,
+            path: PathBuf::new(),
+            size: None,
+            block_size: 4096,
+            md_bytes: 0,
+            direct: true,
+            latency_ns: 0,
+        }
+    }
+}
+
+/// Engines take their members listed one by one (`members = [...]`), or as one template
+/// repeated `width` times (`member = {...}`, `width = 4`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StripeConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default = "default_chunk")]
+    pub chunk: Size,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<DeviceConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<Box<DeviceConfig>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<usize>,
+}
+
+fn default_chunk() -> Size {
+    Size::kib(64)
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConcatConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<DeviceConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<Box<DeviceConfig>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<usize>,
+}
+
+/// The I/O pattern of a closed-loop job (fio's `rw`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    Read,
+    Write,
+    RandRead,
+    RandWrite,
+    /// Sequential mixed reads and writes (`rwmixread` percent reads).
+    Rw,
+    RandRw,
+}
+
+impl Pattern {
+    pub fn is_random(self) -> bool {
+        matches!(self, Pattern::RandRead | Pattern::RandWrite | Pattern::RandRw)
+    }
+    /// Percentage of reads.
+    pub fn read_percent(self, rwmixread: u8) -> u8 {
+        match self {
+            Pattern::Read | Pattern::RandRead => 100,
+            Pattern::Write | Pattern::RandWrite => 0,
+            Pattern::Rw | Pattern::RandRw => rwmixread,
+        }
+    }
+}
+
+/// A closed-loop workload: `jobs` jobs, each keeping `iodepth` requests in flight.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkloadConfig {
+    pub rw: Pattern,
+    /// Request size.
+    pub bs: Size,
+    /// Requests each job keeps in flight.
+    pub iodepth: u32,
+    /// Jobs, spread round robin over the reactors.
+    pub jobs: u32,
+    /// Bytes each job transfers (the run ends when every job has, or at `runtime_ms`).
+    pub size: Option<Size>,
+    /// Time limit in milliseconds of the runtime's clock (virtual in sim).
+    pub runtime_ms: Option<u64>,
+    /// Percentage of reads for `rw` and `randrw`.
+    pub rwmixread: u8,
+    /// Bytes of the device the jobs address, from offset 0 (default: all of it).
+    pub range: Option<Size>,
+    /// Flush the stack when the jobs end, and count the flush in the run.
+    pub final_flush: bool,
+}
+
+impl Default for WorkloadConfig {
+    fn default() -> Self {
+        Self {
+            rw: Pattern::RandWrite,
+            bs: Size::kib(4),
+            iodepth: 32,
+            jobs: 1,
+            size: Some(Size::mib(64)),
+            runtime_ms: None,
+            rwmixread: 50,
+            range: None,
+            final_flush: true,
+        }
+    }
+}
+
+impl Config {
+    /// The built-in default configuration.
+    pub fn builtin() -> Config {
+        Config::from_toml(DEFAULT_CONFIG_TOML, Path::new("<built-in default>"))
+            .expect("the built-in default configuration is valid")
+    }
+
+    /// Parses and validates a configuration. Errors name the file and where in it.
+    pub fn from_toml(text: &str, origin: &Path) -> Result<Config, Error> {
+        let cfg: Config = toml::from_str(text).map_err(|e| Error::Config {
+            origin: origin.display().to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        cfg.validate()
+            .map_err(|message| Error::Config { origin: origin.display().to_string(), message })?;
+        Ok(cfg)
+    }
+
+    pub fn load(path: &Path) -> Result<Config, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Input(format!("cannot read configuration {}: {e}", path.display()))
+        })?;
+        Config::from_toml(&text, path)
+    }
+
+    /// The effective configuration as TOML, defaults filled in.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("configuration serialises")
+    }
+
+    /// Checks relations between options that the types cannot express. Messages name the key.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.reactors == 0 || self.reactors > 256 {
+            return Err(format!("reactors = {}: must be between 1 and 256", self.reactors));
+        }
+        validate_device(&self.device, "device")?;
+        let w = &self.workload;
+        if w.bs.bytes() == 0 {
+            return Err("workload.bs must be positive".into());
+        }
+        if w.iodepth == 0 || w.iodepth > 65_536 {
+            return Err(format!("workload.iodepth = {}: must be between 1 and 65536", w.iodepth));
+        }
+        if w.jobs == 0 || w.jobs > 4096 {
+            return Err(format!("workload.jobs = {}: must be between 1 and 4096", w.jobs));
+        }
+        if w.rwmixread > 100 {
+            return Err(format!("workload.rwmixread = {}: a percentage, 0 to 100", w.rwmixread));
+        }
+        if w.size.is_none() && w.runtime_ms.is_none() {
+            return Err("workload: give size or runtime_ms (or both), or the run never ends".into());
+        }
+        if w.size.map(|s| s.bytes()) == Some(0) {
+            return Err("workload.size must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+fn validate_device(d: &DeviceConfig, at: &str) -> Result<(), String> {
+    let block = |bs: u32, at: &str| -> Result<(), String> {
+        if bs == 0 || !bs.is_multiple_of(512) || !bs.is_power_of_two() {
+            return Err(format!("{at}.block_size = {bs}: must be a power of two, at least 512"));
+        }
+        Ok(())
+    };
+    match d {
+        DeviceConfig::Ram(r) => {
+            block(r.block_size, at)?;
+            if r.capacity.bytes() == 0 || r.capacity.bytes() % r.block_size as u64 != 0 {
+                return Err(format!(
+                    "{at}.capacity = {}: must be a positive multiple of block_size {}",
+                    r.capacity, r.block_size
+                ));
+            }
+        }
+        DeviceConfig::File(f) => {
+            block(f.block_size, at)?;
+            if f.path.as_os_str().is_empty() {
+                return Err(format!("{at}.path: a file device needs a path"));
+            }
+            if let Some(s) = f.size {
+                if s.bytes() == 0 || s.bytes() % f.block_size as u64 != 0 {
+                    return Err(format!(
+                        "{at}.size = {s}: must be a positive multiple of block_size {}",
+                        f.block_size
+                    ));
+                }
+            }
+        }
+        DeviceConfig::Stripe(s) => {
+            if s.chunk.bytes() == 0 {
+                return Err(format!("{at}.chunk must be positive"));
+            }
+            validate_members(&s.members, &s.member, s.width, at)?;
+        }
+        DeviceConfig::Concat(c) => validate_members(&c.members, &c.member, c.width, at)?,
+    }
+    Ok(())
+}
+
+fn validate_members(
+    members: &[DeviceConfig],
+    member: &Option<Box<DeviceConfig>>,
+    width: Option<usize>,
+    at: &str,
+) -> Result<(), String> {
+    match (members.is_empty(), member, width) {
+        (false, None, None) => {
+            for (i, m) in members.iter().enumerate() {
+                validate_device(m, &format!("{at}.members[{i}]"))?;
+            }
+            Ok(())
+        }
+        (true, Some(m), Some(w)) if w > 0 => validate_device(m, &format!("{at}.member")),
+        (true, Some(_), _) => {
+            Err(format!("{at}: `member` needs `width` (how many copies), at least 1"))
+        }
+        (true, None, _) => Err(format!(
+            "{at}: an engine needs `members = [...]` or `member = {{...}}` with `width`"
+        )),
+        (false, _, _) => {
+            Err(format!("{at}: give either `members` or `member` + `width`, not both"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_default_is_valid_and_round_trips() {
+        let c = Config::builtin();
+        let again = Config::from_toml(&c.to_toml(), Path::new("x")).unwrap();
+        assert_eq!(c, again);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let e = Config::from_toml("seeed = 3", Path::new("a.toml")).unwrap_err().to_string();
+        assert!(e.contains("a.toml") && e.contains("seeed"), "{e}");
+        let e = Config::from_toml("[workload]\nbs = \"4 parsecs\"", Path::new("a.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown size unit"), "{e}");
+        let e = Config::from_toml("[workload]\niodepth = 0", Path::new("a.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("workload.iodepth"), "{e}");
+        let e = Config::from_toml(
+            "[device]\ntype = \"stripe\"\nmembers = [{ type = \"ram\", capacity = \"3KiB\" }]",
+            Path::new("a.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("device.members[0].capacity"), "{e}");
+        let e = Config::from_toml("[device]\ntype = \"floppy\"", Path::new("a.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("floppy"), "{e}");
+    }
+}

@@ -1,0 +1,15 @@
+//! flashrig as a library: configuration, stack building, workloads and results. The
+//! `flashrig` binary is a thin command-line layer over this.
+
+pub mod bench;
+pub mod config;
+pub mod crashcheck;
+pub mod error;
+pub mod run;
+pub mod size;
+pub mod stack;
+pub mod workload;
+
+pub use config::Config;
+pub use error::Error;
+pub use run::{run, RunOutput};

@@ -1,0 +1,185 @@
+//! `flashrig run`: build the stack, run the jobs, collect the result file.
+
+use flashrig_blockdev::snapshot_stack;
+use flashrig_metrics::{RunResult, RESULT_FORMAT, RESULT_VERSION};
+use flashrig_runtime::{spawn_on, RuntimeKind};
+use serde_json::json;
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::size::format_size;
+use crate::workload::{run_job, JobOutcome, WorkloadSummary};
+
+/// A finished run: the result file and the numbers the terminal summary prints.
+pub struct RunOutput {
+    pub result: RunResult,
+    pub summary: WorkloadSummary,
+}
+
+/// Runs `cfg` to completion.
+pub fn run(cfg: &Config) -> Result<RunOutput, Error> {
+    let job_cfg = cfg.clone();
+    let (outcome, stats) = flashrig_runtime::run(cfg.runtime, cfg.reactors, move || async move {
+        let cfg = job_cfg;
+        // The stack is built inside the runtime, so devices may start pollers and tasks.
+        let dev = crate::stack::build(&cfg.device)?;
+        let bs = dev.info().block_size as u64;
+        if !cfg.workload.bs.bytes().is_multiple_of(bs) {
+            return Err(Error::Input(format!(
+                "workload.bs = {}: not a multiple of the stack's {bs}-byte block",
+                cfg.workload.bs
+            )));
+        }
+        if cfg.workload.bs.bytes() > dev.info().capacity_bytes() {
+            return Err(Error::Input(format!(
+                "workload.bs = {} is larger than the stack ({})",
+                cfg.workload.bs,
+                format_size(dev.info().capacity_bytes())
+            )));
+        }
+        let reactors = flashrig_runtime::num_reactors();
+        let mut handles = Vec::new();
+        for job in 0..cfg.workload.jobs as u64 {
+            let dev = dev.clone();
+            let w = cfg.workload.clone();
+            let seed = cfg.seed;
+            handles.push(spawn_on(job as usize % reactors, move || run_job(dev, w, job, seed)));
+        }
+        let mut jobs = Vec::new();
+        for h in handles {
+            jobs.push(h.await);
+        }
+        let mut total = JobOutcome { start_ns: u64::MAX, ..Default::default() };
+        for j in &jobs {
+            total.merge(j);
+        }
+        if cfg.workload.final_flush {
+            let t0 = flashrig_runtime::now_ns();
+            if let Err(e) = dev.flush().await {
+                return Err(Error::Run(format!("final flush: {e}")));
+            }
+            total.end_ns = total.end_ns.max(flashrig_runtime::now_ns()).max(t0);
+        }
+        let layers = snapshot_stack(dev.as_ref());
+        Ok((jobs, total, layers))
+    });
+    let (jobs, total, layers) = outcome?;
+    let summary = total.summary();
+    let job_summaries: Vec<_> = jobs.iter().map(|j| j.summary()).collect();
+    let reactors: Vec<_> = stats
+        .reactors
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            json!({
+                "reactor": i,
+                "busy_ns": r.busy_ns,
+                "utilisation": r.utilisation(stats.elapsed_ns),
+                "polls": r.polls,
+                "messages": r.messages,
+            })
+        })
+        .collect();
+    let mut workload = json!({
+        "total": summary,
+        "jobs": job_summaries,
+        "reactors": reactors,
+        "runtime_elapsed_ns": stats.elapsed_ns,
+    });
+    if cfg.runtime == RuntimeKind::Sim {
+        workload["sim_events"] = json!(stats.events);
+    }
+    let result = RunResult {
+        format: RESULT_FORMAT.to_string(),
+        version: RESULT_VERSION,
+        flashrig_version: env!("CARGO_PKG_VERSION").to_string(),
+        runtime: match cfg.runtime {
+            RuntimeKind::Sim => "sim".into(),
+            RuntimeKind::Real => "real".into(),
+        },
+        seed: cfg.seed,
+        config: serde_json::to_value(cfg).expect("config serialises"),
+        workload,
+        layers,
+    };
+    Ok(RunOutput { result, summary })
+}
+
+/// The terminal summary of a run.
+pub fn render_summary(cfg: &Config, s: &WorkloadSummary) -> String {
+    let mut out = String::new();
+    let clock = match cfg.runtime {
+        RuntimeKind::Sim => "virtual",
+        RuntimeKind::Real => "real",
+    };
+    out.push_str(&format!(
+        "{:?} bs={} iodepth={} jobs={} on {} ({} runtime, seed {})\n",
+        cfg.workload.rw,
+        cfg.workload.bs,
+        cfg.workload.iodepth,
+        cfg.workload.jobs,
+        stack_label(cfg),
+        match cfg.runtime {
+            RuntimeKind::Sim => "sim",
+            RuntimeKind::Real => "real",
+        },
+        cfg.seed
+    ));
+    out.push_str(&format!(
+        "  {} I/Os ({} reads, {} writes), {} moved in {:.3} ms of {clock} time\n",
+        s.ios,
+        s.reads,
+        s.writes,
+        human_bytes(s.bytes as f64),
+        s.elapsed_ns as f64 / 1e6
+    ));
+    match (s.iops, s.bandwidth_bytes_per_s) {
+        (Some(iops), Some(bw)) => {
+            out.push_str(&format!("  IOPS {:.0}   bandwidth {}/s\n", iops, human_bytes(bw)))
+        }
+        _ => out.push_str(
+            "  IOPS and bandwidth: undefined, no time elapsed (the stack models no latency)\n",
+        ),
+    }
+    out.push_str(&format!(
+        "  latency  p50 {}   p99 {}   p99.9 {}   max {}\n",
+        human_ns(s.latency.p50_ns),
+        human_ns(s.latency.p99_ns),
+        human_ns(s.latency.p999_ns),
+        human_ns(s.latency.max_ns)
+    ));
+    if s.errors > 0 {
+        out.push_str(&format!(
+            "  ERRORS {}: first: {}\n",
+            s.errors,
+            s.first_error.as_deref().unwrap_or("?")
+        ));
+    }
+    out
+}
+
+fn stack_label(cfg: &Config) -> String {
+    let v = serde_json::to_value(&cfg.device).unwrap_or_default();
+    v.get("type").and_then(|t| t.as_str()).unwrap_or("device").to_string()
+}
+
+pub fn human_bytes(b: f64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < units.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    format!("{v:.2} {}", units[i])
+}
+
+pub fn human_ns(ns: u64) -> String {
+    if ns < 10_000 {
+        format!("{ns} ns")
+    } else if ns < 10_000_000 {
+        format!("{:.1} us", ns as f64 / 1e3)
+    } else {
+        format!("{:.2} ms", ns as f64 / 1e6)
+    }
+}

@@ -1,0 +1,238 @@
+//! The closed-loop workload: each job keeps `iodepth` requests in flight against the stack,
+//! issuing the next request as soon as one completes, until it has moved `size` bytes or
+//! `runtime_ms` has passed on the runtime's clock.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use flashrig_blockdev::{DevRef, WriteHints};
+use flashrig_metrics::{LatencyHistogram, LatencySummary};
+use flashrig_runtime::{now_ns, spawn};
+use rand_core::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use serde::{Deserialize, Serialize};
+
+use crate::config::WorkloadConfig;
+
+/// What one job did.
+#[derive(Clone, Debug, Default)]
+pub struct JobOutcome {
+    pub reads: u64,
+    pub writes: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    pub read_latency: LatencyHistogram,
+    pub write_latency: LatencyHistogram,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+impl JobOutcome {
+    pub fn merge(&mut self, o: &JobOutcome) {
+        self.reads += o.reads;
+        self.writes += o.writes;
+        self.read_bytes += o.read_bytes;
+        self.write_bytes += o.write_bytes;
+        self.errors += o.errors;
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&o.first_error);
+        }
+        self.read_latency.merge(&o.read_latency);
+        self.write_latency.merge(&o.write_latency);
+        self.start_ns = self.start_ns.min(o.start_ns);
+        self.end_ns = self.end_ns.max(o.end_ns);
+    }
+
+    pub fn summary(&self) -> WorkloadSummary {
+        let elapsed_ns = self.end_ns.saturating_sub(self.start_ns);
+        let ios = self.reads + self.writes;
+        let bytes = self.read_bytes + self.write_bytes;
+        let per_s = |v: u64| {
+            if elapsed_ns == 0 {
+                None
+            } else {
+                Some(v as f64 * 1e9 / elapsed_ns as f64)
+            }
+        };
+        let mut all = self.read_latency.clone();
+        all.merge(&self.write_latency);
+        WorkloadSummary {
+            elapsed_ns,
+            ios,
+            bytes,
+            reads: self.reads,
+            writes: self.writes,
+            read_bytes: self.read_bytes,
+            write_bytes: self.write_bytes,
+            errors: self.errors,
+            first_error: self.first_error.clone(),
+            iops: per_s(ios),
+            bandwidth_bytes_per_s: per_s(bytes),
+            latency: all.summary(),
+            read_latency: self.read_latency.summary(),
+            write_latency: self.write_latency.summary(),
+        }
+    }
+}
+
+/// The numbers a run reports for the workload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadSummary {
+    /// From the first submission to the last completion, on the runtime's clock.
+    pub elapsed_ns: u64,
+    pub ios: u64,
+    pub bytes: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    /// `None` when no time elapsed (a simulated stack that models no latency).
+    pub iops: Option<f64>,
+    pub bandwidth_bytes_per_s: Option<f64>,
+    pub latency: LatencySummary,
+    pub read_latency: LatencySummary,
+    pub write_latency: LatencySummary,
+}
+
+/// The shared state of one job's in-flight slots: what to issue next.
+struct JobState {
+    rng: Xoshiro256PlusPlus,
+    issued_blocks: u64,
+    limit_blocks: Option<u64>,
+    deadline_ns: Option<u64>,
+    seq_cursor: u64,
+    range_blocks: u64,
+    req_blocks: u64,
+    random: bool,
+    read_percent: u8,
+    write_seq: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Op {
+    read: bool,
+    lba: u64,
+    seq: u64,
+}
+
+impl JobState {
+    fn next(&mut self) -> Option<Op> {
+        if let Some(limit) = self.limit_blocks {
+            if self.issued_blocks >= limit {
+                return None;
+            }
+        }
+        if let Some(d) = self.deadline_ns {
+            if now_ns() >= d {
+                return None;
+            }
+        }
+        let slots = self.range_blocks / self.req_blocks;
+        let lba = if self.random {
+            (self.rng.next_u64() % slots) * self.req_blocks
+        } else {
+            let l = self.seq_cursor;
+            self.seq_cursor = (self.seq_cursor + self.req_blocks) % (slots * self.req_blocks);
+            l
+        };
+        let read = match self.read_percent {
+            0 => false,
+            100 => true,
+            p => (self.rng.next_u64() % 100) < p as u64,
+        };
+        self.issued_blocks += self.req_blocks;
+        self.write_seq += 1;
+        Some(Op { read, lba, seq: self.write_seq })
+    }
+}
+
+/// Fills a write buffer with a pattern unique to (job, sequence number, block), so a misplaced
+/// or stale block is recognisable when a test reads it back.
+pub fn fill_pattern(buf: &mut [u8], job: u64, seq: u64, lba: u64, block_size: usize) {
+    for (i, block) in buf.chunks_mut(block_size).enumerate() {
+        let stamp = (job << 48) ^ (seq << 16) ^ (lba + i as u64);
+        for (j, w) in block.chunks_mut(8).enumerate() {
+            let v = stamp.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(j as u64);
+            w.copy_from_slice(&v.to_le_bytes()[..w.len()]);
+        }
+    }
+}
+
+/// Runs one job on the calling reactor.
+pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> JobOutcome {
+    let info = dev.info().clone();
+    let bs = info.block_size as u64;
+    let req_blocks = (w.bs.bytes() / bs).max(1);
+    let range_blocks = w.range.map_or(info.num_blocks, |r| (r.bytes() / bs).min(info.num_blocks));
+    let jobs = w.jobs as u64;
+    let start = now_ns();
+    let seq_start = if range_blocks >= req_blocks * jobs {
+        (range_blocks / jobs / req_blocks) * req_blocks * job
+    } else {
+        0
+    };
+    let state = Rc::new(RefCell::new(JobState {
+        rng: Xoshiro256PlusPlus::seed_from_u64(seed ^ job.wrapping_mul(0xA076_1D64_78BD_642F)),
+        issued_blocks: 0,
+        limit_blocks: w.size.map(|s| s.bytes() / bs),
+        deadline_ns: w.runtime_ms.map(|ms| start + ms * 1_000_000),
+        seq_cursor: seq_start,
+        range_blocks,
+        req_blocks,
+        random: w.rw.is_random(),
+        read_percent: w.rw.read_percent(w.rwmixread),
+        write_seq: 0,
+    }));
+    let outcome =
+        Rc::new(RefCell::new(JobOutcome { start_ns: start, end_ns: start, ..Default::default() }));
+    let mut slots = Vec::new();
+    for _ in 0..w.iodepth {
+        let dev = dev.clone();
+        let state = state.clone();
+        let outcome = outcome.clone();
+        slots.push(spawn(async move {
+            let mut buf = vec![0u8; (req_blocks * bs) as usize];
+            loop {
+                let op = state.borrow_mut().next();
+                let Some(op) = op else { break };
+                let t0 = now_ns();
+                let res = if op.read {
+                    dev.read(op.lba, &mut buf, None).await
+                } else {
+                    fill_pattern(&mut buf, job, op.seq, op.lba, bs as usize);
+                    dev.write(op.lba, &buf, None, WriteHints::NONE).await
+                };
+                let t1 = now_ns();
+                let mut o = outcome.borrow_mut();
+                o.end_ns = o.end_ns.max(t1);
+                match res {
+                    Ok(()) if op.read => {
+                        o.reads += 1;
+                        o.read_bytes += buf.len() as u64;
+                        o.read_latency.record_ns(t1 - t0);
+                    }
+                    Ok(()) => {
+                        o.writes += 1;
+                        o.write_bytes += buf.len() as u64;
+                        o.write_latency.record_ns(t1 - t0);
+                    }
+                    Err(e) => {
+                        o.errors += 1;
+                        if o.first_error.is_none() {
+                            o.first_error = Some(format!("lba {}: {e}", op.lba));
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    for s in slots {
+        s.await;
+    }
+    let o = outcome.borrow().clone();
+    o
+}

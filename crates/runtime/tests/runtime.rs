@@ -1,0 +1,183 @@
+//! Goal: the runtime's contract holds on both implementations: timers fire at their time,
+//! messages reach the reactor they were sent to, tasks on one reactor see their own reactor
+//! id, CPU charging serialises work on a reactor (sim), and a simulation is deterministic.
+//! Method: small programs run on `sim` and `real`, asserting on what they observed (never on
+//! how long the real runtime took).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use flashrig_runtime::{
+    charge_cpu_ns, current_reactor, now_ns, num_reactors, register_poller, run, send, sleep_ns,
+    spawn, spawn_on, RuntimeKind,
+};
+
+const BOTH: [RuntimeKind; 2] = [RuntimeKind::Sim, RuntimeKind::Real];
+
+#[test]
+fn sleeps_complete_no_earlier_than_asked() {
+    for kind in BOTH {
+        let (elapsed, _) = run(kind, 1, || async {
+            let t0 = now_ns();
+            sleep_ns(2_000_000).await;
+            now_ns() - t0
+        });
+        assert!(elapsed >= 2_000_000, "{kind:?}: slept {elapsed} ns");
+        if kind == RuntimeKind::Sim {
+            assert_eq!(elapsed, 2_000_000, "virtual sleep is exact");
+        }
+    }
+}
+
+#[test]
+fn messages_run_on_their_target_reactor() {
+    for kind in BOTH {
+        let (seen, stats) = run(kind, 4, || async {
+            assert_eq!(num_reactors(), 4);
+            let mut handles = Vec::new();
+            for r in 0..4 {
+                handles.push(spawn_on(r, move || async move {
+                    sleep_ns(1000).await;
+                    current_reactor()
+                }));
+            }
+            let mut seen = Vec::new();
+            for h in handles {
+                seen.push(h.await);
+            }
+            seen
+        });
+        assert_eq!(seen, vec![0, 1, 2, 3], "{kind:?}");
+        assert!(stats.reactors.iter().skip(1).all(|r| r.messages >= 1), "{kind:?}: {stats:?}");
+    }
+}
+
+#[test]
+fn messages_between_a_pair_arrive_in_order() {
+    for kind in BOTH {
+        let (order, _) = run(kind, 2, || async {
+            let got = Arc::new(parking_lot::Mutex::new(Vec::new()));
+            for i in 0..1000u32 {
+                let got = got.clone();
+                send(1, Box::new(move || got.lock().push(i)));
+            }
+            // A final message that answers back tells us reactor 1 drained its inbox.
+            let done = spawn_on(1, || async {});
+            done.await;
+            let v = got.lock().clone();
+            v
+        });
+        assert_eq!(order, (0..1000).collect::<Vec<_>>(), "{kind:?}");
+    }
+}
+
+#[test]
+fn sim_cpu_charging_serialises_work_on_one_reactor() {
+    let ((a, b), stats) = run(RuntimeKind::Sim, 2, || async {
+        // Two tasks on reactor 0 each charge 10 us: the second finishes at 20 us.
+        let t1 = spawn(async {
+            charge_cpu_ns(10_000).await;
+            now_ns()
+        });
+        let t2 = spawn(async {
+            charge_cpu_ns(10_000).await;
+            now_ns()
+        });
+        (t1.await, t2.await)
+    });
+    assert_eq!((a, b), (10_000, 20_000));
+    assert_eq!(stats.reactors[0].busy_ns, 20_000);
+    assert_eq!(stats.reactors[1].busy_ns, 0);
+    assert_eq!(stats.reactors[0].utilisation(stats.elapsed_ns), 1.0);
+}
+
+#[test]
+fn sim_cpus_of_different_reactors_run_in_parallel() {
+    let (t, _) = run(RuntimeKind::Sim, 2, || async {
+        let other = spawn_on(1, || async {
+            charge_cpu_ns(10_000).await;
+            now_ns()
+        });
+        charge_cpu_ns(10_000).await;
+        (now_ns(), other.await)
+    });
+    assert_eq!(t, (10_000, 10_000));
+}
+
+#[test]
+fn pollers_run_periodically_until_they_stop() {
+    for kind in BOTH {
+        let (count, _) = run(kind, 1, || async {
+            let count = Rc::new(RefCell::new(0u32));
+            let c = count.clone();
+            register_poller(100_000, move || {
+                *c.borrow_mut() += 1;
+                *c.borrow() < 5
+            });
+            sleep_ns(2_000_000).await;
+            let n = *count.borrow();
+            n
+        });
+        assert_eq!(count, 5, "{kind:?}");
+    }
+}
+
+#[test]
+fn sim_is_deterministic() {
+    fn trace() -> (Vec<(u64, usize, u32)>, u64) {
+        let (log, stats) = run(RuntimeKind::Sim, 3, || async {
+            let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let mut hs = Vec::new();
+            for i in 0..30u32 {
+                let log = log.clone();
+                hs.push(spawn_on(i as usize % 3, move || async move {
+                    sleep_ns((i as u64 * 7919) % 1000).await;
+                    charge_cpu_ns(100 + i as u64).await;
+                    log.lock().push((now_ns(), current_reactor(), i));
+                }));
+            }
+            for h in hs {
+                h.await;
+            }
+            let v = log.lock().clone();
+            v
+        });
+        (log, stats.events)
+    }
+    assert_eq!(trace(), trace());
+}
+
+#[test]
+fn real_runtime_spreads_work_over_threads() {
+    let (n, _) = run(RuntimeKind::Real, 2, || async {
+        let counter = Arc::new(AtomicU64::new(0));
+        let mut hs = Vec::new();
+        for r in 0..2 {
+            let c = counter.clone();
+            hs.push(spawn_on(r, move || async move {
+                for _ in 0..100 {
+                    c.fetch_add(1, Ordering::Relaxed);
+                    flashrig_runtime::yield_now().await;
+                }
+                std::thread::current().name().map(|s| s.to_string())
+            }));
+        }
+        let mut names = Vec::new();
+        for h in hs {
+            names.push(h.await.unwrap());
+        }
+        assert_eq!(names, vec!["reactor-0".to_string(), "reactor-1".to_string()]);
+        counter.load(Ordering::Relaxed)
+    });
+    assert_eq!(n, 200);
+}
+
+#[test]
+#[should_panic(expected = "simulation stalled")]
+fn sim_reports_a_lost_wakeup() {
+    run(RuntimeKind::Sim, 1, || async {
+        std::future::pending::<()>().await;
+    });
+}
