@@ -15,6 +15,10 @@ use crate::size::Size;
 /// `flashrig run` without a file.
 pub const DEFAULT_CONFIG_TOML: &str = include_str!("../../../configs/default.toml");
 
+/// Requests in flight across all jobs: each holds a buffer and a task, so the product of jobs
+/// and queue depth is bounded to keep a typo from exhausting memory.
+pub const MAX_IN_FLIGHT: u64 = 1 << 20;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -148,6 +152,18 @@ pub enum Pattern {
 }
 
 impl Pattern {
+    /// The name used in configuration files (fio's `rw` values).
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Read => "read",
+            Pattern::Write => "write",
+            Pattern::RandRead => "randread",
+            Pattern::RandWrite => "randwrite",
+            Pattern::Rw => "rw",
+            Pattern::RandRw => "randrw",
+        }
+    }
+
     pub fn is_random(self) -> bool {
         matches!(self, Pattern::RandRead | Pattern::RandWrite | Pattern::RandRw)
     }
@@ -172,7 +188,8 @@ pub struct WorkloadConfig {
     pub iodepth: u32,
     /// Jobs, spread round robin over the reactors.
     pub jobs: u32,
-    /// Bytes each job transfers (the run ends when every job has, or at `runtime_ms`).
+    /// Bytes each job transfers. Without it (as in fio) a job covers its range once, or, when
+    /// `runtime_ms` is given, runs until that time; with both, whichever comes first.
     pub size: Option<Size>,
     /// Time limit in milliseconds of the runtime's clock (virtual in sim).
     pub runtime_ms: Option<u64>,
@@ -191,7 +208,7 @@ impl Default for WorkloadConfig {
             bs: Size::kib(4),
             iodepth: 32,
             jobs: 1,
-            size: Some(Size::mib(64)),
+            size: None,
             runtime_ms: None,
             rwmixread: 50,
             range: None,
@@ -246,11 +263,20 @@ impl Config {
         if w.jobs == 0 || w.jobs > 4096 {
             return Err(format!("workload.jobs = {}: must be between 1 and 4096", w.jobs));
         }
+        if w.jobs as u64 * w.iodepth as u64 > MAX_IN_FLIGHT {
+            return Err(format!(
+                "workload.jobs x workload.iodepth = {}: at most {MAX_IN_FLIGHT} requests in flight",
+                w.jobs as u64 * w.iodepth as u64
+            ));
+        }
+        if w.range.map(|r| r.bytes()) == Some(0) {
+            return Err("workload.range must be positive".into());
+        }
         if w.rwmixread > 100 {
             return Err(format!("workload.rwmixread = {}: a percentage, 0 to 100", w.rwmixread));
         }
-        if w.size.is_none() && w.runtime_ms.is_none() {
-            return Err("workload: give size or runtime_ms (or both), or the run never ends".into());
+        if w.runtime_ms == Some(0) {
+            return Err("workload.runtime_ms must be positive".into());
         }
         if w.size.map(|s| s.bytes()) == Some(0) {
             return Err("workload.size must be positive".into());

@@ -1,193 +1,193 @@
-//! The crash-consistency check used by `flashrig debug crash-writer` and its tests.
+//! The crash writer behind `flashrig debug crash-writer`, and the replay of its log into the
+//! reference model.
 //!
-//! A writer process writes self-describing blocks (each names its LBA and a version) with
-//! several requests in flight, flushing now and then, and prints every acknowledgement:
-//! `W <lba> <version>` when a write completes, `FI <n>` when flush `n` is issued and
-//! `FD <n>` when it completes. Whoever kills the writer can then say, from what was printed,
-//! which version of every block must have survived: a write acknowledged before a flush was
-//! issued is durable once that flush completes.
+//! The writer writes self-describing blocks (`flashrig_check::pattern`) with several writes in
+//! flight, flushing now and then, and logs every step on stdout, one line each:
+//!
+//! | line            | meaning                                              |
+//! |-----------------|------------------------------------------------------|
+//! | `I lba n v`     | a write of `n` blocks at `lba`, version `v`, issued  |
+//! | `W lba n v`     | that write completed                                 |
+//! | `FI k`          | flush `k` issued                                     |
+//! | `FD k`          | flush `k` completed                                  |
+//!
+//! Whoever kills the writer replays the lines it received into a [`Model`] and then knows,
+//! for every block, which versions may have survived: at least the newest one that completed
+//! before a completed flush was issued. A line cut short by the kill is ignored, which only
+//! makes the model more permissive about the write it described (it stays "in flight").
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::rc::Rc;
 
 use flashrig_blockdev::{DevRef, WriteHints};
+use flashrig_check::Model;
 use flashrig_runtime::spawn;
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-const MAGIC: u64 = 0x464c_5348_5249_4721; // "FLSHRIG!"
+/// Largest write the crash writer issues, in blocks.
+pub const MAX_WRITE_BLOCKS: u64 = 8;
 
-/// A block that names its LBA and version, with a checksum over the whole block so a torn or
-/// misdirected block is detected.
-pub fn encode_block(buf: &mut [u8], lba: u64, version: u64) {
-    buf[0..8].copy_from_slice(&MAGIC.to_le_bytes());
-    buf[8..16].copy_from_slice(&lba.to_le_bytes());
-    buf[16..24].copy_from_slice(&version.to_le_bytes());
-    let mut x = lba ^ version.rotate_left(32) ^ MAGIC;
-    for w in buf[32..].chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        w.copy_from_slice(&x.to_le_bytes()[..w.len()]);
-    }
-    let sum = checksum(&buf[32..]);
-    buf[24..32].copy_from_slice(&sum.to_le_bytes());
-}
-
-fn checksum(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ x as u64).wrapping_mul(0x100_0000_01b3))
-}
-
-/// What a block holds: never written (all zeros), a valid (lba, version), or garbage.
-#[derive(Debug, PartialEq, Eq)]
-pub enum BlockState {
-    Zero,
-    Valid { lba: u64, version: u64 },
-    Corrupt,
-}
-
-pub fn decode_block(buf: &[u8]) -> BlockState {
-    if buf.iter().all(|&b| b == 0) {
-        return BlockState::Zero;
-    }
-    let word = |i: usize| u64::from_le_bytes(buf[i..i + 8].try_into().expect("8 bytes"));
-    if word(0) != MAGIC || word(24) != checksum(&buf[32..]) {
-        return BlockState::Corrupt;
-    }
-    let mut check = buf.to_vec();
-    encode_block(&mut check, word(8), word(16));
-    if check != buf {
-        return BlockState::Corrupt;
-    }
-    BlockState::Valid { lba: word(8), version: word(16) }
-}
-
-/// Writes random blocks of `dev` forever (or `max_writes`), `iodepth` at a time, flushing every
-/// `flush_every` writes, printing acknowledgements to stdout as described above. Never has two
-/// writes to one block in flight, so acknowledgements of one block are in version order.
-pub async fn writer(dev: DevRef, seed: u64, iodepth: usize, flush_every: u64, max_writes: u64) {
-    let bs = dev.info().block_size as usize;
-    let blocks = dev.info().num_blocks;
+/// Writes random block ranges of `dev` until `max_writes` writes have been issued (or forever),
+/// `iodepth` at a time, flushing after every `flush_every` writes, logging to stdout as above.
+/// Two writes in flight never overlap, so the log of one block is in version order. Writes
+/// carry per-block metadata when the stack stores any. Returns the first failed command.
+pub async fn writer(
+    dev: DevRef,
+    seed: u64,
+    iodepth: usize,
+    flush_every: u64,
+    max_writes: u64,
+) -> Result<(), String> {
+    let info = dev.info().clone();
+    let bs = info.block_size as usize;
+    let mdb = info.md_bytes_per_block as usize;
+    let blocks = info.num_blocks;
     struct State {
         rng: Xoshiro256PlusPlus,
-        version: u64,
-        in_flight: HashSet<u64>,
+        model: Model,
+        issued: u64,
+        in_flight: Vec<(u64, u64)>,
         flushes: u64,
+        failure: Option<String>,
     }
     let st = Rc::new(RefCell::new(State {
         rng: Xoshiro256PlusPlus::seed_from_u64(seed),
-        version: 0,
-        in_flight: HashSet::new(),
+        model: Model::new(info.block_size, info.md_bytes_per_block, seed),
+        issued: 0,
+        in_flight: Vec::new(),
         flushes: 0,
+        failure: None,
     }));
     let mut tasks = Vec::new();
-    for _ in 0..iodepth {
+    for _ in 0..iodepth.max(1) {
         let st = st.clone();
         let dev = dev.clone();
         tasks.push(spawn(async move {
-            let mut buf = vec![0u8; bs];
             loop {
-                let (lba, version, flush_no) = {
+                let picked = {
                     let mut s = st.borrow_mut();
-                    if s.version >= max_writes {
+                    if s.issued >= max_writes || s.failure.is_some() {
                         return;
                     }
-                    let mut lba = s.rng.next_u64() % blocks;
-                    while s.in_flight.contains(&lba) {
-                        lba = (lba + 1) % blocks;
-                    }
-                    s.version += 1;
-                    let v = s.version;
-                    s.in_flight.insert(lba);
-                    let f = if v.is_multiple_of(flush_every) {
-                        s.flushes += 1;
-                        Some(s.flushes)
-                    } else {
+                    let n = 1 + s.rng.next_u64() % MAX_WRITE_BLOCKS.min(blocks);
+                    let lba = s.rng.next_u64() % (blocks - n + 1);
+                    let busy = s.in_flight.iter().any(|&(a, b)| lba < b && a < lba + n);
+                    if busy {
                         None
-                    };
-                    (lba, v, f)
+                    } else {
+                        s.issued += 1;
+                        let v = s.model.next_version();
+                        s.in_flight.push((lba, lba + n));
+                        let flush = (s.issued % flush_every == 0).then(|| {
+                            s.flushes += 1;
+                            s.flushes
+                        });
+                        Some((lba, n, v, flush))
+                    }
                 };
-                encode_block(&mut buf, lba, version);
-                dev.write(lba, &buf, None, WriteHints::NONE).await.expect("write");
-                st.borrow_mut().in_flight.remove(&lba);
-                println!("W {lba} {version}");
-                if let Some(n) = flush_no {
-                    println!("FI {n}");
-                    dev.flush().await.expect("flush");
-                    println!("FD {n}");
-                    let _ = std::io::stdout().flush();
+                let Some((lba, n, version, flush_no)) = picked else {
+                    // Collided with a write in flight: let time pass (on the simulated clock
+                    // too, where yielding alone would never let the other write complete).
+                    flashrig_runtime::sleep_ns(1_000).await;
+                    continue;
+                };
+                let mut buf = vec![0u8; n as usize * bs];
+                let mut md = (mdb > 0).then(|| vec![0u8; n as usize * mdb]);
+                st.borrow().model.fill(lba, version, &mut buf, md.as_deref_mut());
+                println!("I {lba} {n} {version}");
+                let res = dev.write(lba, &buf, md.as_deref(), WriteHints::NONE).await;
+                {
+                    let mut s = st.borrow_mut();
+                    let i = s.in_flight.iter().position(|r| *r == (lba, lba + n)).expect("ours");
+                    s.in_flight.swap_remove(i);
+                    if let Err(e) = res {
+                        s.failure.get_or_insert(format!("write {n} blocks at {lba}: {e}"));
+                        return;
+                    }
                 }
+                println!("W {lba} {n} {version}");
+                if let Some(k) = flush_no {
+                    println!("FI {k}");
+                    if let Err(e) = dev.flush().await {
+                        st.borrow_mut().failure.get_or_insert(format!("flush {k}: {e}"));
+                        return;
+                    }
+                    println!("FD {k}");
+                }
+                let _ = std::io::stdout().flush();
             }
         }));
     }
     for t in tasks {
         t.await;
     }
+    let failure = st.borrow_mut().failure.take();
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
-/// The versions that must have survived, from a writer's output: for every block, the newest
-/// version acknowledged before the last completed flush was issued; and the highest version
-/// the writer could have issued.
-pub fn durable_versions(output: &str) -> (HashMap<u64, u64>, u64) {
-    let mut acked: Vec<(u64, u64)> = Vec::new();
-    let mut issued_at: HashMap<u64, usize> = HashMap::new();
-    let mut durable_prefix = 0usize;
-    let mut max_version = 0;
-    for line in output.lines() {
-        let parts: Vec<&str> = line.split_whitespace().collect();
-        match parts.as_slice() {
-            ["W", lba, v] => {
-                if let (Ok(l), Ok(v)) = (lba.parse(), v.parse()) {
-                    acked.push((l, v));
-                    max_version = max_version.max(v);
+/// Replays a crash writer's log into a model of a device with the given block and metadata
+/// sizes, written with `seed`. Returns the model and the number of flushes that completed.
+pub fn replay_log(log: &str, block_size: u32, md_bytes: u32, seed: u64) -> (Model, u64) {
+    let mut model = Model::new(block_size, md_bytes, seed);
+    let md = md_bytes > 0;
+    let mut flushes = std::collections::HashMap::new();
+    let mut completed = 0;
+    for line in log.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok());
+        match (f.first().copied(), num(1), num(2), num(3)) {
+            (Some("I"), Some(lba), Some(n), Some(v)) => {
+                // Versions are issued in order; keep the model's counter in step.
+                while model.next_version() < v {}
+                model.write_issued(lba, n, v, md);
+            }
+            (Some("W"), Some(lba), Some(n), Some(v)) => model.write_done(lba, n, v, md, false),
+            (Some("FI"), Some(k), None, None) => {
+                flushes.insert(k, model.flush_issued());
+            }
+            (Some("FD"), Some(k), None, None) => {
+                if let Some(token) = flushes.remove(&k) {
+                    model.flush_done(token);
+                    completed += 1;
                 }
             }
-            ["FI", n] => {
-                if let Ok(n) = n.parse::<u64>() {
-                    issued_at.insert(n, acked.len());
-                }
-            }
-            ["FD", n] => {
-                if let Some(&pos) = n.parse::<u64>().ok().and_then(|n| issued_at.get(&n)) {
-                    durable_prefix = durable_prefix.max(pos);
-                }
-            }
+            // A line cut short by the kill.
             _ => {}
         }
     }
-    let mut durable = HashMap::new();
-    for &(lba, v) in &acked[..durable_prefix] {
-        let e = durable.entry(lba).or_insert(v);
-        *e = (*e).max(v);
-    }
-    (durable, max_version)
+    (model, completed)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn blocks_round_trip_and_damage_is_seen() {
+    fn block(m: &Model, lba: u64, v: u64) -> Vec<u8> {
         let mut b = vec![0u8; 4096];
-        assert_eq!(decode_block(&b), BlockState::Zero);
-        encode_block(&mut b, 17, 99);
-        assert_eq!(decode_block(&b), BlockState::Valid { lba: 17, version: 99 });
-        b[1000] ^= 1;
-        assert_eq!(decode_block(&b), BlockState::Corrupt);
+        m.fill(lba, v, &mut b, None);
+        b
     }
 
     #[test]
-    fn durable_versions_follow_flush_issue_points() {
-        let out = "W 1 1\nW 2 2\nFI 1\nW 1 3\nFD 1\nW 2 4\nFI 2\nW 3 5\n";
-        let (d, max) = durable_versions(out);
-        // Flush 1 was issued after versions 1 and 2; version 3 was acked during it; flush 2
-        // never completed.
-        assert_eq!(d.get(&1), Some(&1));
-        assert_eq!(d.get(&2), Some(&2));
-        assert_eq!(d.get(&3), None);
-        assert_eq!(max, 5);
+    fn replay_follows_flush_issue_points() {
+        let log = "I 1 1 1\nW 1 1 1\nI 2 1 2\nW 2 1 2\nFI 1\nI 1 1 3\nW 1 1 3\nFD 1\n\
+                   I 2 1 4\nW 2 1 4\nFI 2\nI 3 1 5\nW 3";
+        let (m, flushes) = replay_log(log, 4096, 0, 9);
+        assert_eq!(flushes, 1);
+        // Block 1: version 1 was flushed; version 3 may or may not have survived.
+        assert!(m.clone().check_after_crash(1, &block(&m, 1, 1), None).is_ok());
+        assert!(m.clone().check_after_crash(1, &block(&m, 1, 3), None).is_ok());
+        assert!(m.clone().check_after_crash(1, &[0u8; 4096], None).is_err());
+        // Block 2: version 2 flushed, version 4 unflushed (flush 2 never completed).
+        assert!(m.clone().check_after_crash(2, &block(&m, 2, 4), None).is_ok());
+        assert!(m.clone().check_after_crash(2, &[0u8; 4096], None).is_err());
+        // Block 3: issued but its completion line was cut: anything it may hold.
+        assert!(m.clone().check_after_crash(3, &[0u8; 4096], None).is_ok());
+        assert!(m.clone().check_after_crash(3, &block(&m, 3, 5), None).is_ok());
     }
 }

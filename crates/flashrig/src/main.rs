@@ -1,6 +1,5 @@
 //! The `flashrig` command.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -76,8 +75,8 @@ enum ConfigCommand {
 
 #[derive(Subcommand)]
 enum DebugCommand {
-    /// Write self-describing blocks to the configuration's stack until killed, printing every
-    /// acknowledgement (used by the crash tests).
+    /// Write self-describing blocks to the configuration's stack, logging every issue,
+    /// completion and flush on stdout, until killed or `--max-writes` (used by crash tests).
     CrashWriter {
         config: PathBuf,
         #[arg(long, default_value_t = 8)]
@@ -87,8 +86,14 @@ enum DebugCommand {
         #[arg(long, default_value_t = u64::MAX)]
         max_writes: u64,
     },
-    /// Print what a stack holds, one line per block: `<lba> zero|corrupt|<lba>:<version>`.
-    Dump { config: PathBuf },
+    /// Check a stack after a crash writer was killed: replay its log into the reference model
+    /// and read back every block it wrote. Exits 1 if a block holds what it may not.
+    CrashCheck {
+        config: PathBuf,
+        /// The crash writer's stdout.
+        #[arg(long)]
+        log: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -135,13 +140,22 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                     RuntimeArg::Real => RuntimeKind::Real,
                 };
             }
+            // Open the result file before the run, so a bad path is reported at once rather
+            // than after a long run.
+            let json_file = match &json {
+                Some(path) => Some(std::fs::File::create(path).map_err(|e| {
+                    Error::Input(format!("--json {}: cannot create the file: {e}", path.display()))
+                })?),
+                None => None,
+            };
             let out = flashrig::run(&cfg)?;
-            if let Some(path) = json {
-                std::fs::write(&path, out.result.to_json_pretty())
+            if let (Some(mut f), Some(path)) = (json_file, &json) {
+                use std::io::Write;
+                f.write_all(out.result.to_json_pretty().as_bytes())
                     .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))?;
             }
             if !quiet {
-                print!("{}", render_summary(&cfg, &out.summary));
+                print!("{}", render_summary(&cfg, &out));
             }
             if out.summary.errors > 0 {
                 return Err(Error::Run(format!("{} requests failed", out.summary.errors)));
@@ -178,36 +192,32 @@ fn debug(cmd: DebugCommand) -> Result<(), Error> {
             let (res, _) = flashrig_runtime::run(cfg.runtime, 1, move || async move {
                 let dev = flashrig::stack::build(&cfg.device)?;
                 flashrig::crashcheck::writer(dev, seed, iodepth, flush_every.max(1), max_writes)
-                    .await;
-                Ok::<(), Error>(())
+                    .await
+                    .map_err(Error::Run)
             });
             res
         }
-        DebugCommand::Dump { config } => {
+        DebugCommand::CrashCheck { config, log } => {
             let cfg = Config::load(&config)?;
-            let interactive = std::io::stdout().is_terminal();
+            let text = std::fs::read_to_string(&log)
+                .map_err(|e| Error::Input(format!("cannot read log {}: {e}", log.display())))?;
+            let seed = cfg.seed;
             let (res, _) = flashrig_runtime::run(cfg.runtime, 1, move || async move {
                 let dev = flashrig::stack::build(&cfg.device)?;
-                let bs = dev.info().block_size as usize;
-                let mut buf = vec![0u8; bs];
-                let mut out = String::new();
-                for lba in 0..dev.info().num_blocks {
-                    dev.read(lba, &mut buf, None)
-                        .await
-                        .map_err(|e| Error::Run(format!("read {lba}: {e}")))?;
-                    use flashrig::crashcheck::{decode_block, BlockState};
-                    let s = match decode_block(&buf) {
-                        BlockState::Zero => "zero".to_string(),
-                        BlockState::Corrupt => "corrupt".to_string(),
-                        BlockState::Valid { lba, version } => format!("{lba}:{version}"),
-                    };
-                    out.push_str(&format!("{lba} {s}\n"));
-                }
-                Ok::<String, Error>(out)
+                let info = dev.info().clone();
+                let (model, flushes) = flashrig::crashcheck::replay_log(
+                    &text,
+                    info.block_size,
+                    info.md_bytes_per_block,
+                    seed,
+                );
+                let model = std::sync::Arc::new(parking_lot::Mutex::new(model));
+                let blocks =
+                    flashrig_check::verify_after_crash(&dev, &model).await.map_err(Error::Run)?;
+                Ok::<_, Error>((blocks, flushes))
             });
-            let text = res?;
-            let _ = interactive;
-            print!("{text}");
+            let (blocks, flushes) = res?;
+            println!("crash check passed: {blocks} blocks hold what they may ({flushes} flushes completed before the crash)");
             Ok(())
         }
     }

@@ -2,10 +2,10 @@
 
 use flashrig_blockdev::snapshot_stack;
 use flashrig_metrics::{RunResult, RESULT_FORMAT, RESULT_VERSION};
-use flashrig_runtime::{spawn_on, RuntimeKind};
+use flashrig_runtime::{spawn_on, RunStats, RuntimeKind};
 use serde_json::json;
 
-use crate::config::Config;
+use crate::config::{Config, DeviceConfig};
 use crate::error::Error;
 use crate::size::format_size;
 use crate::workload::{run_job, JobOutcome, WorkloadSummary};
@@ -14,6 +14,7 @@ use crate::workload::{run_job, JobOutcome, WorkloadSummary};
 pub struct RunOutput {
     pub result: RunResult,
     pub summary: WorkloadSummary,
+    pub stats: RunStats,
 }
 
 /// Runs `cfg` to completion.
@@ -30,11 +31,20 @@ pub fn run(cfg: &Config) -> Result<RunOutput, Error> {
                 cfg.workload.bs
             )));
         }
-        if cfg.workload.bs.bytes() > dev.info().capacity_bytes() {
+        let capacity = dev.info().capacity_bytes();
+        let range = cfg.workload.range.map_or(capacity, |r| r.bytes());
+        if range > capacity {
             return Err(Error::Input(format!(
-                "workload.bs = {} is larger than the stack ({})",
+                "workload.range = {} is larger than the stack ({})",
+                format_size(range),
+                format_size(capacity)
+            )));
+        }
+        if cfg.workload.bs.bytes() > range {
+            return Err(Error::Input(format!(
+                "workload.bs = {} is larger than the range it addresses ({})",
                 cfg.workload.bs,
-                format_size(dev.info().capacity_bytes())
+                format_size(range)
             )));
         }
         let reactors = flashrig_runtime::num_reactors();
@@ -64,6 +74,14 @@ pub fn run(cfg: &Config) -> Result<RunOutput, Error> {
         Ok((jobs, total, layers))
     });
     let (jobs, total, layers) = outcome?;
+    if total.stalled {
+        return Err(Error::Input(format!(
+            "workload.runtime_ms = {}: the stack completes every request in zero {} time, so \
+             the time limit is never reached; give workload.size, or device latencies",
+            cfg.workload.runtime_ms.unwrap_or(0),
+            if cfg.runtime == RuntimeKind::Sim { "simulated" } else { "measured" }
+        )));
+    }
     let summary = total.summary();
     let job_summaries: Vec<_> = jobs.iter().map(|j| j.summary()).collect();
     let reactors: Vec<_> = stats
@@ -102,19 +120,20 @@ pub fn run(cfg: &Config) -> Result<RunOutput, Error> {
         workload,
         layers,
     };
-    Ok(RunOutput { result, summary })
+    Ok(RunOutput { result, summary, stats })
 }
 
 /// The terminal summary of a run.
-pub fn render_summary(cfg: &Config, s: &WorkloadSummary) -> String {
+pub fn render_summary(cfg: &Config, run: &RunOutput) -> String {
+    let s = &run.summary;
     let mut out = String::new();
     let clock = match cfg.runtime {
         RuntimeKind::Sim => "virtual",
         RuntimeKind::Real => "real",
     };
     out.push_str(&format!(
-        "{:?} bs={} iodepth={} jobs={} on {} ({} runtime, seed {})\n",
-        cfg.workload.rw,
+        "{} bs={} iodepth={} jobs={} on {} ({} runtime, seed {})\n",
+        cfg.workload.rw.name(),
         cfg.workload.bs,
         cfg.workload.iodepth,
         cfg.workload.jobs,
@@ -148,6 +167,21 @@ pub fn render_summary(cfg: &Config, s: &WorkloadSummary) -> String {
         human_ns(s.latency.p999_ns),
         human_ns(s.latency.max_ns)
     ));
+    let busy: Vec<String> = run
+        .stats
+        .reactors
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("r{i} {:.1}%", 100.0 * r.utilisation(run.stats.elapsed_ns)))
+        .collect();
+    out.push_str(&format!(
+        "  reactor CPU busy ({}): {}\n",
+        match cfg.runtime {
+            RuntimeKind::Sim => "charged by the cost model",
+            RuntimeKind::Real => "measured",
+        },
+        busy.join("  ")
+    ));
     if s.errors > 0 {
         out.push_str(&format!(
             "  ERRORS {}: first: {}\n",
@@ -159,8 +193,28 @@ pub fn render_summary(cfg: &Config, s: &WorkloadSummary) -> String {
 }
 
 fn stack_label(cfg: &Config) -> String {
-    let v = serde_json::to_value(&cfg.device).unwrap_or_default();
-    v.get("type").and_then(|t| t.as_str()).unwrap_or("device").to_string()
+    describe_device(&cfg.device)
+}
+
+/// A one-line description of a stack: `stripe(64KiB) over 4 x ram(256MiB)`.
+pub fn describe_device(d: &DeviceConfig) -> String {
+    let members =
+        |list: &[DeviceConfig], member: &Option<Box<DeviceConfig>>, width: Option<usize>| match (
+            member, width,
+        ) {
+            (Some(m), Some(w)) => format!("{w} x {}", describe_device(m)),
+            _ => format!("[{}]", list.iter().map(describe_device).collect::<Vec<_>>().join(", ")),
+        };
+    match d {
+        DeviceConfig::Ram(r) => format!("ram({})", r.capacity),
+        DeviceConfig::File(f) => format!("file({})", f.path.display()),
+        DeviceConfig::Stripe(s) => {
+            format!("stripe({}) over {}", s.chunk, members(&s.members, &s.member, s.width))
+        }
+        DeviceConfig::Concat(c) => {
+            format!("concat over {}", members(&c.members, &c.member, c.width))
+        }
+    }
 }
 
 pub fn human_bytes(b: f64) -> String {

@@ -6,8 +6,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use flashrig_blockdev::{DevRef, WriteHints};
+use flashrig_check::pattern;
 use flashrig_metrics::{LatencyHistogram, LatencySummary};
-use flashrig_runtime::{now_ns, spawn};
+use flashrig_runtime::{now_ns, spawn, yield_now};
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
@@ -27,7 +28,15 @@ pub struct JobOutcome {
     pub write_latency: LatencyHistogram,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// The job stopped because its clock never moved (see [`STALL_OPS`]).
+    pub stalled: bool,
 }
+
+/// Requests a time-limited job may issue before its clock first moves. Beyond this, the stack
+/// completes everything in zero simulated time and the job stops instead of running forever.
+pub const STALL_OPS: u64 = 1_000_000;
+/// A slot yields to the other tasks of its reactor after this many requests.
+const YIELD_EVERY_OPS: u64 = 64;
 
 impl JobOutcome {
     pub fn merge(&mut self, o: &JobOutcome) {
@@ -36,6 +45,7 @@ impl JobOutcome {
         self.read_bytes += o.read_bytes;
         self.write_bytes += o.write_bytes;
         self.errors += o.errors;
+        self.stalled |= o.stalled;
         if self.first_error.is_none() {
             self.first_error.clone_from(&o.first_error);
         }
@@ -101,6 +111,10 @@ pub struct WorkloadSummary {
 /// The shared state of one job's in-flight slots: what to issue next.
 struct JobState {
     rng: Xoshiro256PlusPlus,
+    start_ns: u64,
+    /// Requests issued while the clock still read `start_ns`.
+    ops_at_start: u64,
+    stalled: bool,
     issued_blocks: u64,
     limit_blocks: Option<u64>,
     deadline_ns: Option<u64>,
@@ -127,8 +141,18 @@ impl JobState {
             }
         }
         if let Some(d) = self.deadline_ns {
-            if now_ns() >= d {
+            let now = now_ns();
+            if now >= d {
                 return None;
+            }
+            // On a simulated stack that models no latency the clock never moves, and a run
+            // bounded only by time would never end.
+            if now == self.start_ns {
+                self.ops_at_start += 1;
+                if self.ops_at_start > STALL_OPS && self.limit_blocks.is_none() {
+                    self.stalled = true;
+                    return None;
+                }
             }
         }
         let slots = self.range_blocks / self.req_blocks;
@@ -150,18 +174,6 @@ impl JobState {
     }
 }
 
-/// Fills a write buffer with a pattern unique to (job, sequence number, block), so a misplaced
-/// or stale block is recognisable when a test reads it back.
-pub fn fill_pattern(buf: &mut [u8], job: u64, seq: u64, lba: u64, block_size: usize) {
-    for (i, block) in buf.chunks_mut(block_size).enumerate() {
-        let stamp = (job << 48) ^ (seq << 16) ^ (lba + i as u64);
-        for (j, w) in block.chunks_mut(8).enumerate() {
-            let v = stamp.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(j as u64);
-            w.copy_from_slice(&v.to_le_bytes()[..w.len()]);
-        }
-    }
-}
-
 /// Runs one job on the calling reactor.
 pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> JobOutcome {
     let info = dev.info().clone();
@@ -177,8 +189,15 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
     };
     let state = Rc::new(RefCell::new(JobState {
         rng: Xoshiro256PlusPlus::seed_from_u64(seed ^ job.wrapping_mul(0xA076_1D64_78BD_642F)),
+        start_ns: start,
+        ops_at_start: 0,
+        stalled: false,
         issued_blocks: 0,
-        limit_blocks: w.size.map(|s| s.bytes() / bs),
+        limit_blocks: match (w.size, w.runtime_ms) {
+            (Some(s), _) => Some(s.bytes() / bs),
+            (None, None) => Some(range_blocks),
+            (None, Some(_)) => None,
+        },
         deadline_ns: w.runtime_ms.map(|ms| start + ms * 1_000_000),
         seq_cursor: seq_start,
         range_blocks,
@@ -195,15 +214,33 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
         let state = state.clone();
         let outcome = outcome.clone();
         slots.push(spawn(async move {
+            // Written blocks name themselves (flashrig-check's pattern), so a run's data can be
+            // verified afterwards; the payload is generated once per slot and each write only
+            // restamps the headers, as fio reuses its buffers, so that generating data does
+            // not dominate a run against a memory-speed stack.
+            let salt = seed.wrapping_add(job);
             let mut buf = vec![0u8; (req_blocks * bs) as usize];
+            pattern::fill_blocks(&mut buf, bs as usize, 0, 1, salt);
+            let mut done_here = 0u64;
             loop {
                 let op = state.borrow_mut().next();
                 let Some(op) = op else { break };
+                done_here += 1;
+                if done_here % YIELD_EVERY_OPS == 0 {
+                    // A stack that completes at once (RAM) never suspends this loop; yield now
+                    // and then so the other slots and jobs of this reactor run alongside.
+                    yield_now().await;
+                }
+                // Latency counts from submission: preparing the data is the client's work.
+                if !op.read {
+                    for (i, b) in buf.chunks_exact_mut(bs as usize).enumerate() {
+                        pattern::restamp_block(b, op.lba + i as u64, op.seq, salt);
+                    }
+                }
                 let t0 = now_ns();
                 let res = if op.read {
                     dev.read(op.lba, &mut buf, None).await
                 } else {
-                    fill_pattern(&mut buf, job, op.seq, op.lba, bs as usize);
                     dev.write(op.lba, &buf, None, WriteHints::NONE).await
                 };
                 let t1 = now_ns();
@@ -233,6 +270,7 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
     for s in slots {
         s.await;
     }
-    let o = outcome.borrow().clone();
+    let mut o = outcome.borrow().clone();
+    o.stalled = state.borrow().stalled;
     o
 }

@@ -27,6 +27,15 @@ pub(crate) fn install(ctx: Option<Ctx>) {
     CTX.with(|c| *c.borrow_mut() = ctx);
 }
 
+/// Removes the thread's runtime context when dropped.
+pub(crate) struct UninstallOnDrop;
+
+impl Drop for UninstallOnDrop {
+    fn drop(&mut self) {
+        install(None);
+    }
+}
+
 pub(crate) fn set_reactor(r: ReactorId) {
     REACTOR.with(|c| c.set(r));
 }

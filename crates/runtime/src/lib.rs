@@ -23,7 +23,7 @@ mod stats;
 
 pub use context::{
     charge_cpu_ns, current_reactor, in_runtime, now_ns, num_reactors, register_poller, send,
-    sleep_ns, sleep_until_ns, spawn, spawn_on, yield_now, PollerId,
+    sleep_ns, sleep_until_ns, spawn, spawn_on, yield_now, PollerId, RemoteHandle,
 };
 pub use join::JoinHandle;
 pub use stats::ReactorStats;

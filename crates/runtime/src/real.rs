@@ -254,7 +254,18 @@ impl Real {
             handles.push(h);
         }
         drop(tx);
-        let output = rx.recv();
+        // Wait for the main task's output, or for a reactor that panicked to stop the run: a
+        // task that panics on another reactor may leave the main task waiting forever.
+        let output = loop {
+            match rx.recv_timeout(Duration::from_millis(20)) {
+                Ok(v) => break Some(v),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+                Err(mpsc::RecvTimeoutError::Timeout) if shared.stop.load(Ordering::SeqCst) => {
+                    break None
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        };
         shared.stop.store(true, Ordering::SeqCst);
         for r in &shared.reactors {
             if let Some(t) = r.thread.get() {

@@ -196,6 +196,9 @@ impl Sim {
     {
         let inner = self.inner;
         context::install(Some(Ctx::Sim(inner.clone())));
+        // Uninstalls the context however the run ends, so a panicking simulation does not leave
+        // a dead runtime installed on this thread for the next one.
+        let _uninstall = context::UninstallOnDrop;
         context::set_reactor(0);
         let mut main_task = inner.spawn(0, main());
         let output = loop {
@@ -246,7 +249,6 @@ impl Sim {
         let timers = std::mem::take(&mut *inner.timers.borrow_mut());
         drop(timers);
         inner.pollers.borrow_mut().clear();
-        context::install(None);
         (output, stats)
     }
 }

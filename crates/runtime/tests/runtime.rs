@@ -109,19 +109,41 @@ fn sim_cpus_of_different_reactors_run_in_parallel() {
 #[test]
 fn pollers_run_periodically_until_they_stop() {
     for kind in BOTH {
-        let (count, _) = run(kind, 1, || async {
+        let (count, _) = run(kind, 1, move || async move {
             let count = Rc::new(RefCell::new(0u32));
             let c = count.clone();
+            let t0 = now_ns();
+            let first = Rc::new(RefCell::new(None));
+            let f = first.clone();
             register_poller(100_000, move || {
+                f.borrow_mut().get_or_insert(now_ns() - t0);
                 *c.borrow_mut() += 1;
                 *c.borrow() < 5
             });
-            sleep_ns(2_000_000).await;
+            // Wait for the fifth run however long the machine takes (no timing assertion on
+            // the real runtime), then make sure the poller stopped after it asked to.
+            while *count.borrow() < 5 {
+                sleep_ns(100_000).await;
+            }
+            sleep_ns(1_000_000).await;
+            let first_ns = first.borrow().expect("poller ran");
+            assert!(first_ns >= 100_000, "{kind:?}: first poll after {first_ns} ns, period 100 us");
             let n = *count.borrow();
             n
         });
         assert_eq!(count, 5, "{kind:?}");
     }
+}
+
+#[test]
+#[should_panic(expected = "boom on reactor 1")]
+fn real_runtime_surfaces_a_panic_on_another_reactor() {
+    run(RuntimeKind::Real, 2, || async {
+        spawn_on(1, || async {
+            panic!("boom on reactor 1");
+        })
+        .await;
+    });
 }
 
 #[test]
