@@ -80,7 +80,7 @@ pub async fn writer(
                         s.issued += 1;
                         let v = s.model.next_version();
                         s.in_flight.push((lba, lba + n));
-                        let flush = (s.issued % flush_every == 0).then(|| {
+                        let flush = s.issued.is_multiple_of(flush_every).then(|| {
                             s.flushes += 1;
                             s.flushes
                         });

@@ -198,22 +198,26 @@ fn stack_label(cfg: &Config) -> String {
 
 /// A one-line description of a stack: `stripe(64KiB) over 4 x ram(256MiB)`.
 pub fn describe_device(d: &DeviceConfig) -> String {
-    let members =
-        |list: &[DeviceConfig], member: &Option<Box<DeviceConfig>>, width: Option<usize>| match (
-            member, width,
-        ) {
-            (Some(m), Some(w)) => format!("{w} x {}", describe_device(m)),
-            _ => format!("[{}]", list.iter().map(describe_device).collect::<Vec<_>>().join(", ")),
-        };
     match d {
         DeviceConfig::Ram(r) => format!("ram({})", r.capacity),
         DeviceConfig::File(f) => format!("file({})", f.path.display()),
         DeviceConfig::Stripe(s) => {
-            format!("stripe({}) over {}", s.chunk, members(&s.members, &s.member, s.width))
+            format!("stripe({}) over {}", s.chunk, describe_members(&s.members, &s.member, s.width))
         }
         DeviceConfig::Concat(c) => {
-            format!("concat over {}", members(&c.members, &c.member, c.width))
+            format!("concat over {}", describe_members(&c.members, &c.member, c.width))
         }
+    }
+}
+
+fn describe_members(
+    list: &[DeviceConfig],
+    member: &Option<Box<DeviceConfig>>,
+    width: Option<usize>,
+) -> String {
+    match (member, width) {
+        (Some(m), Some(w)) => format!("{w} x {}", describe_device(m)),
+        _ => format!("[{}]", list.iter().map(describe_device).collect::<Vec<_>>().join(", ")),
     }
 }
 

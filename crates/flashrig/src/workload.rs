@@ -226,7 +226,7 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
                 let op = state.borrow_mut().next();
                 let Some(op) = op else { break };
                 done_here += 1;
-                if done_here % YIELD_EVERY_OPS == 0 {
+                if done_here.is_multiple_of(YIELD_EVERY_OPS) {
                     // A stack that completes at once (RAM) never suspends this loop; yield now
                     // and then so the other slots and jobs of this reactor run alongside.
                     yield_now().await;
