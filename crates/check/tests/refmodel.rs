@@ -17,7 +17,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use flashrig_blockdev::{BlockDevice, DevRef, DevResult, DeviceInfo, WriteHints};
 use flashrig_check::{run_check, seeds, CheckConfig, CheckError, CheckReport, Jitter, Model};
-use flashrig_devices::{FileDevice, FileOptions, RamDevice};
+use flashrig_devices::{FileDevice, FileOptions, IoEngine, RamDevice};
 use flashrig_engines::{Concat, Stripe};
 use flashrig_runtime::{run, RuntimeKind};
 use parking_lot::Mutex;
@@ -83,7 +83,7 @@ fn scratch_dir() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch directory")
 }
 
-fn file(path: &Path, blocks: u64, md: u32, direct: bool) -> DevRef {
+fn file(path: &Path, blocks: u64, md: u32, direct: bool, io: IoEngine) -> DevRef {
     let opts = FileOptions {
         path: path.to_path_buf(),
         size_bytes: Some(blocks * 4096),
@@ -91,6 +91,7 @@ fn file(path: &Path, blocks: u64, md: u32, direct: bool) -> DevRef {
         md_bytes_per_block: md,
         direct,
         latency_ns: 0,
+        io,
     };
     Arc::new(FileDevice::open("file", &opts).expect("open file device"))
 }
@@ -99,13 +100,22 @@ fn file(path: &Path, blocks: u64, md: u32, direct: bool) -> DevRef {
 fn file_matches_the_model() {
     for seed in seeds(100, 2) {
         for (kind, reactors) in RUNTIMES {
-            for (md, direct) in [(0, true), (16, true), (16, false)] {
-                let dir = scratch_dir();
-                let path = dir.path().join("dev.img");
-                let r = check(kind, reactors, config(seed, reactors), move || {
-                    jitter(file(&path, 2048, md, direct), seed)
-                });
-                assert_checked(r, &format!("file md={md} direct={direct} on {kind:?}x{reactors}"));
+            // io_uring only exists on the real runtime; `auto` picks it there.
+            let engines: &[IoEngine] = match kind {
+                RuntimeKind::Real => &[IoEngine::Auto, IoEngine::Sync],
+                RuntimeKind::Sim => &[IoEngine::Auto],
+            };
+            for &io in engines {
+                for (md, direct) in [(0, true), (16, true), (16, false)] {
+                    let dir = scratch_dir();
+                    let path = dir.path().join("dev.img");
+                    let r = check(kind, reactors, config(seed, reactors), move || {
+                        jitter(file(&path, 2048, md, direct, io), seed)
+                    });
+                    let what =
+                        format!("file md={md} direct={direct} io={io:?} on {kind:?}x{reactors}");
+                    assert_checked(r, &what);
+                }
             }
         }
     }
@@ -144,7 +154,11 @@ fn stripe_over_files_matches_the_model() {
             let base = dir.path().to_path_buf();
             let r = check(kind, reactors, config(seed, reactors), move || {
                 let members = (0..4u64)
-                    .map(|i| jitter(file(&base.join(format!("m{i}.img")), 512, 16, true), seed + i))
+                    .map(|i| {
+                        let f =
+                            file(&base.join(format!("m{i}.img")), 512, 16, true, IoEngine::Auto);
+                        jitter(f, seed + i)
+                    })
                     .collect();
                 Arc::new(Stripe::new("stripe", members, 16).expect("stripe"))
             });

@@ -1,4 +1,9 @@
-//! A device on a regular file or a block device, with positioned I/O.
+//! A device on a regular file or a block device.
+//!
+//! I/O goes through io_uring on the real runtime (one ring per reactor, see [`crate::uring`])
+//! and through positioned `pread`/`pwrite` on the simulated runtime, where a command must
+//! complete within the virtual instant it is issued in, or when io_uring is unavailable or
+//! `io = "sync"` is asked for.
 //!
 //! Layout (see docs/formats.md): blocks `0..num_blocks` at byte `lba * block_size`; when the
 //! device keeps per-block metadata, a sidecar region follows the data at the next 4 KiB
@@ -16,6 +21,7 @@ use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -24,11 +30,25 @@ use flashrig_blockdev::{
     check_io, check_range, BlockDevice, DevError, DevResult, DeviceInfo, WriteHints,
 };
 use flashrig_metrics::{Counter, Registry};
+use flashrig_runtime::{runtime_kind, RuntimeKind};
 use serde::{Deserialize, Serialize};
 
-/// Alignment of the metadata region and of direct-I/O bounce buffers: the largest logical
-/// sector size in common use.
-const ALIGN: usize = 4096;
+use crate::aligned::{is_aligned, AlignedBuf, ALIGN};
+use crate::uring;
+
+/// How a file device submits I/O.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoEngine {
+    /// io_uring on the real runtime when the kernel allows it, positioned I/O otherwise.
+    #[default]
+    Auto,
+    /// io_uring; opening fails where it cannot be used (the simulated runtime, or a kernel
+    /// that refuses it).
+    Uring,
+    /// Positioned `pread`/`pwrite` on the calling reactor's thread.
+    Sync,
+}
 
 /// How to open a file device.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +63,7 @@ pub struct FileOptions {
     pub direct: bool,
     /// Fixed latency added to every command on the runtime clock (0: none).
     pub latency_ns: u64,
+    pub io: IoEngine,
 }
 
 impl FileOptions {
@@ -54,6 +75,7 @@ impl FileOptions {
             md_bytes_per_block: 0,
             direct: true,
             latency_ns: 0,
+            io: IoEngine::Auto,
         }
     }
 }
@@ -62,9 +84,10 @@ pub struct FileDevice {
     info: DeviceInfo,
     path: PathBuf,
     /// Opened with O_DIRECT when `direct` is on and allowed; otherwise the same as `buffered`.
-    data: File,
-    buffered: File,
+    data: Arc<File>,
+    buffered: Arc<File>,
     direct_active: AtomicBool,
+    uring: bool,
     md_offset: u64,
     latency_ns: u64,
     metrics: Arc<Registry>,
@@ -171,17 +194,35 @@ impl FileDevice {
             Some(f) => f,
             None => buffered.try_clone().map_err(|e| io_err(&path, "dup", e))?,
         };
+        let uring = match (opts.io, runtime_kind()) {
+            (IoEngine::Sync, _) => false,
+            (IoEngine::Auto, Some(RuntimeKind::Real)) => uring::available(),
+            (IoEngine::Auto, _) => false,
+            (IoEngine::Uring, Some(RuntimeKind::Real)) => {
+                uring::ring().map_err(|e| io_err(&path, "io_uring", std::io::Error::other(e)))?;
+                true
+            }
+            (IoEngine::Uring, _) => {
+                return Err(DevError::Invalid(
+                    "io = \"uring\" needs the real runtime: a simulated run completes commands \
+                     in virtual time, which the kernel's completions know nothing of"
+                        .into(),
+                ))
+            }
+        };
         let metrics = Registry::new(name);
         metrics.counter("direct_io").set(direct_active as u64);
+        metrics.counter("io_uring").set(uring as u64);
         let mut info = DeviceInfo::new(name, bs, num_blocks).with_md_bytes(md);
         info.caps.fua = true;
         Ok(Self {
             info,
             md_offset: align_up(num_blocks * bs as u64, ALIGN as u64),
             path,
-            data,
-            buffered,
+            data: Arc::new(data),
+            buffered: Arc::new(buffered),
             direct_active: AtomicBool::new(direct_active),
+            uring,
             latency_ns: opts.latency_ns,
             reads: metrics.counter("reads"),
             writes: metrics.counter("writes"),
@@ -203,35 +244,53 @@ impl FileDevice {
         self.metrics.counter("direct_io").set(0);
     }
 
-    fn read_data(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
+    /// This thread's ring, when the device uses io_uring and the thread can have one.
+    fn ring(&self) -> Option<Rc<uring::Ring>> {
+        if self.uring {
+            uring::ring().ok()
+        } else {
+            None
+        }
+    }
+
+    async fn read_data(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
         if self.direct_io() {
-            let res = if is_aligned(buf) {
-                self.data.read_exact_at(buf, offset)
-            } else {
-                let mut bounce = AlignedBuf::new(buf.len());
-                let r = self.data.read_exact_at(bounce.as_mut(), offset);
-                if r.is_ok() {
-                    buf.copy_from_slice(bounce.as_mut());
+            let res = match self.ring() {
+                Some(ring) => uring::read_exact_at(&ring, &self.data, buf, offset).await,
+                None if is_aligned(buf) => self.data.read_exact_at(buf, offset),
+                None => {
+                    let mut bounce = AlignedBuf::new(buf.len());
+                    let r = self.data.read_exact_at(bounce.bytes_mut(), offset);
+                    if r.is_ok() {
+                        buf.copy_from_slice(bounce.bytes());
+                    }
+                    r
                 }
-                r
             };
             match res {
                 Ok(()) => return Ok(()),
+                // The medium cannot align this request after all: use the page cache.
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.fall_back_to_buffered(),
                 Err(e) => return Err(io_err(&self.path, "read", e)),
             }
         }
-        self.buffered.read_exact_at(buf, offset).map_err(|e| io_err(&self.path, "read", e))
+        let res = match self.ring() {
+            Some(ring) => uring::read_exact_at(&ring, &self.buffered, buf, offset).await,
+            None => self.buffered.read_exact_at(buf, offset),
+        };
+        res.map_err(|e| io_err(&self.path, "read", e))
     }
 
-    fn write_data(&self, offset: u64, data: &[u8]) -> DevResult<()> {
+    async fn write_data(&self, offset: u64, data: &[u8]) -> DevResult<()> {
         if self.direct_io() {
-            let res = if is_aligned(data) {
-                self.data.write_all_at(data, offset)
-            } else {
-                let mut bounce = AlignedBuf::new(data.len());
-                bounce.as_mut().copy_from_slice(data);
-                self.data.write_all_at(bounce.as_mut(), offset)
+            let res = match self.ring() {
+                Some(ring) => uring::write_all_at(&ring, &self.data, data, offset).await,
+                None if is_aligned(data) => self.data.write_all_at(data, offset),
+                None => {
+                    let mut bounce = AlignedBuf::new(data.len());
+                    bounce.bytes_mut().copy_from_slice(data);
+                    self.data.write_all_at(bounce.bytes(), offset)
+                }
             };
             match res {
                 Ok(()) => return Ok(()),
@@ -239,11 +298,19 @@ impl FileDevice {
                 Err(e) => return Err(io_err(&self.path, "write", e)),
             }
         }
-        self.buffered.write_all_at(data, offset).map_err(|e| io_err(&self.path, "write", e))
+        let res = match self.ring() {
+            Some(ring) => uring::write_all_at(&ring, &self.buffered, data, offset).await,
+            None => self.buffered.write_all_at(data, offset),
+        };
+        res.map_err(|e| io_err(&self.path, "write", e))
     }
 
-    fn sync(&self) -> DevResult<()> {
-        self.buffered.sync_data().map_err(|e| io_err(&self.path, "fdatasync", e))
+    async fn sync(&self) -> DevResult<()> {
+        let res = match self.ring() {
+            Some(ring) => uring::fdatasync(&ring, &self.buffered).await,
+            None => self.buffered.sync_data(),
+        };
+        res.map_err(|e| io_err(&self.path, "fdatasync", e))
     }
 
     /// Zeroes a byte range: punches a hole where the file system can, else writes zeros.
@@ -274,29 +341,6 @@ impl FileDevice {
     }
 }
 
-fn is_aligned(buf: &[u8]) -> bool {
-    (buf.as_ptr() as usize).is_multiple_of(ALIGN) && buf.len().is_multiple_of(512)
-}
-
-/// A heap buffer whose start is 4 KiB aligned, for O_DIRECT, built without unsafe code by
-/// over-allocating and slicing at the aligned offset.
-struct AlignedBuf {
-    storage: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    fn new(len: usize) -> Self {
-        let storage = vec![0u8; len + ALIGN];
-        let start = storage.as_ptr().align_offset(ALIGN);
-        Self { storage, start, len }
-    }
-    fn as_mut(&mut self) -> &mut [u8] {
-        &mut self.storage[self.start..self.start + self.len]
-    }
-}
-
 #[async_trait(?Send)]
 impl BlockDevice for FileDevice {
     fn info(&self) -> &DeviceInfo {
@@ -314,7 +358,7 @@ impl BlockDevice for FileDevice {
     async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
         let blocks = check_io(&self.info, lba, buf.len(), md.as_ref().map(|m| m.len()))?;
         crate::model_latency(self.latency_ns).await;
-        self.read_data(lba * self.info.block_size as u64, buf)?;
+        self.read_data(lba * self.info.block_size as u64, buf).await?;
         if let Some(md) = md {
             let off = self.md_offset + lba * self.info.md_bytes_per_block as u64;
             self.buffered.read_exact_at(md, off).map_err(|e| io_err(&self.path, "read md", e))?;
@@ -334,7 +378,7 @@ impl BlockDevice for FileDevice {
     ) -> DevResult<()> {
         let blocks = check_io(&self.info, lba, data.len(), md.map(|m| m.len()))?;
         crate::model_latency(self.latency_ns).await;
-        self.write_data(lba * self.info.block_size as u64, data)?;
+        self.write_data(lba * self.info.block_size as u64, data).await?;
         let mdb = self.info.md_bytes_per_block as u64;
         if mdb > 0 {
             let off = self.md_offset + lba * mdb;
@@ -346,7 +390,7 @@ impl BlockDevice for FileDevice {
             .map_err(|e| io_err(&self.path, "write md", e))?;
         }
         if hints.fua {
-            self.sync()?;
+            self.sync().await?;
         }
         self.writes.inc();
         self.write_bytes.add(data.len() as u64);
@@ -355,7 +399,7 @@ impl BlockDevice for FileDevice {
 
     async fn flush(&self) -> DevResult<()> {
         crate::model_latency(self.latency_ns).await;
-        self.sync()?;
+        self.sync().await?;
         self.flushes.inc();
         Ok(())
     }

@@ -5,10 +5,12 @@
 //! which case every command takes that long on the runtime's clock (virtual in sim). The
 //! emulated SSD, which models time in detail, lives in its own crate.
 
+pub mod aligned;
 pub mod file;
 pub mod ram;
+pub mod uring;
 
-pub use file::{FileDevice, FileOptions};
+pub use file::{FileDevice, FileOptions, IoEngine};
 pub use ram::RamDevice;
 
 /// Waits `latency_ns` on the runtime clock when a fixed device latency is configured.

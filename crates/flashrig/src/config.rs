@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use flashrig_devices::IoEngine;
 use flashrig_runtime::RuntimeKind;
 use serde::{Deserialize, Serialize};
 
@@ -88,6 +89,9 @@ pub struct FileConfig {
     /// O_DIRECT where the file system allows it.
     pub direct: bool,
     pub latency_ns: u64,
+    /// `auto` (io_uring on the real runtime where the kernel allows it, positioned I/O
+    /// otherwise), `uring`, or `sync`.
+    pub io: IoEngine,
 }
 
 impl Default for FileConfig {
@@ -100,6 +104,7 @@ impl Default for FileConfig {
             md_bytes: 0,
             direct: true,
             latency_ns: 0,
+            io: IoEngine::Auto,
         }
     }
 }

@@ -48,6 +48,7 @@ fn build_at(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevRef, Error
                 md_bytes_per_block: f.md_bytes,
                 direct: f.direct,
                 latency_ns: f.latency_ns,
+                io: f.io,
             };
             Arc::new(FileDevice::open(&name, &opts).map_err(|e| stack_err(at, e))?)
         }

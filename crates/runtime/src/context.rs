@@ -56,6 +56,18 @@ pub fn in_runtime() -> bool {
     CTX.with(|c| c.borrow().is_some())
 }
 
+/// Which runtime the caller runs in (`None` outside any). Engines never branch on this; devices
+/// that touch the real world do, because asynchronous kernel I/O (io_uring) completes in real
+/// time and has no place on a virtual clock.
+pub fn runtime_kind() -> Option<crate::RuntimeKind> {
+    CTX.with(|c| {
+        c.borrow().as_ref().map(|ctx| match ctx {
+            Ctx::Sim(_) => crate::RuntimeKind::Sim,
+            Ctx::Real(_) => crate::RuntimeKind::Real,
+        })
+    })
+}
+
 /// The reactor the calling task runs on.
 pub fn current_reactor() -> ReactorId {
     REACTOR.with(|c| c.get())
@@ -201,11 +213,23 @@ impl Future for YieldNow {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PollerId(pub usize);
 
+/// What a poller reports after each run (SPDK's `SPDK_POLLER_BUSY` / `SPDK_POLLER_IDLE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollerStatus {
+    /// It found work: the real runtime counts the iteration as busy time.
+    Busy,
+    /// It found nothing to do; keep polling.
+    Idle,
+    /// Unregister it.
+    Done,
+}
+
 /// Registers a poller on the calling reactor, run every `period_ns` (0: as often as the runtime
-/// can; in sim that is every [`sim::MIN_POLL_PERIOD_NS`]). The poller returns whether it wants
-/// to keep running; returning `false` unregisters it. Pollers do not keep a run alive: a run
-/// ends when its main task does.
-pub fn register_poller(period_ns: u64, poller: impl FnMut() -> bool + 'static) -> PollerId {
+/// can; in sim that is every [`crate::sim::MIN_POLL_PERIOD_NS`]). A real reactor with a
+/// period-0 poller never sleeps, as an SPDK reactor busy-polls its devices; pollers that only
+/// matter while work is outstanding should return [`PollerStatus::Done`] when it is done and
+/// register again later. Pollers do not keep a run alive: a run ends when its main task does.
+pub fn register_poller(period_ns: u64, poller: impl FnMut() -> PollerStatus + 'static) -> PollerId {
     let reactor = current_reactor();
     with_ctx(|c| match c {
         Ctx::Sim(s) => s.register_poller(reactor, period_ns, Box::new(poller)),

@@ -19,11 +19,13 @@ mod context;
 mod join;
 pub mod real;
 pub mod sim;
+mod slots;
 mod stats;
 
 pub use context::{
-    charge_cpu_ns, current_reactor, in_runtime, now_ns, num_reactors, register_poller, send,
-    sleep_ns, sleep_until_ns, spawn, spawn_on, yield_now, PollerId, RemoteHandle,
+    charge_cpu_ns, current_reactor, in_runtime, now_ns, num_reactors, register_poller,
+    runtime_kind, send, sleep_ns, sleep_until_ns, spawn, spawn_on, yield_now, PollerId,
+    PollerStatus, RemoteHandle,
 };
 pub use join::JoinHandle;
 pub use stats::ReactorStats;

@@ -21,7 +21,8 @@ use crossbeam_queue::SegQueue;
 use parking_lot::Mutex;
 
 use crate::context::{self, Ctx};
-use crate::{JoinHandle, Message, PollerId, ReactorId, ReactorStats, RunStats};
+use crate::slots::Slots;
+use crate::{JoinHandle, Message, PollerId, PollerStatus, ReactorId, ReactorStats, RunStats};
 
 /// Idle loop iterations before a reactor parks. Spinning briefly keeps message latency low
 /// when the peer answers quickly, without burning a core when the reactor is really idle.
@@ -84,7 +85,7 @@ fn schedule(shared: &Arc<Shared>, runnable: Runnable<ReactorId>) {
 struct Poller {
     period_ns: u64,
     next_ns: u64,
-    poll: Box<dyn FnMut() -> bool>,
+    poll: Box<dyn FnMut() -> PollerStatus>,
 }
 
 /// One reactor's thread-local state.
@@ -94,7 +95,7 @@ pub(crate) struct Local {
     timers: RefCell<BinaryHeap<Reverse<(u64, u64)>>>,
     timer_wakers: RefCell<std::collections::HashMap<u64, Waker>>,
     timer_seq: Cell<u64>,
-    pollers: RefCell<Vec<Option<Poller>>>,
+    pollers: RefCell<Slots<Poller>>,
 }
 
 impl Local {
@@ -140,11 +141,10 @@ impl Local {
     pub(crate) fn register_poller(
         &self,
         period_ns: u64,
-        poll: Box<dyn FnMut() -> bool>,
+        poll: Box<dyn FnMut() -> PollerStatus>,
     ) -> PollerId {
-        let mut pollers = self.pollers.borrow_mut();
-        pollers.push(Some(Poller { period_ns, next_ns: self.now_ns() + period_ns, poll }));
-        PollerId(pollers.len() - 1)
+        let next_ns = self.now_ns() + period_ns;
+        PollerId(self.pollers.borrow_mut().insert(Poller { period_ns, next_ns, poll }))
     }
 
     /// Fires due timers; returns whether any fired and the next deadline.
@@ -168,16 +168,17 @@ impl Local {
         }
     }
 
+    /// Runs the pollers that are due; returns whether any reported work and the next deadline.
     fn run_pollers(&self) -> (bool, Option<u64>) {
         let n = self.pollers.borrow().len();
-        let mut ran = false;
+        let mut busy = false;
         let mut next: Option<u64> = None;
         for i in 0..n {
             let now = self.now_ns();
             let taken = {
                 let mut ps = self.pollers.borrow_mut();
-                match &ps[i] {
-                    Some(p) if p.next_ns <= now => ps[i].take(),
+                match ps.get(i) {
+                    Some(p) if p.next_ns <= now => ps.take(i),
                     Some(p) => {
                         next = Some(next.map_or(p.next_ns, |x| x.min(p.next_ns)));
                         None
@@ -186,15 +187,18 @@ impl Local {
                 }
             };
             if let Some(mut p) = taken {
-                ran = true;
-                if (p.poll)() {
+                let status = (p.poll)();
+                busy |= status == PollerStatus::Busy;
+                if status == PollerStatus::Done {
+                    self.pollers.borrow_mut().release(i);
+                } else {
                     p.next_ns = now + p.period_ns;
                     next = Some(next.map_or(p.next_ns, |x| x.min(p.next_ns)));
-                    self.pollers.borrow_mut()[i] = Some(p);
+                    self.pollers.borrow_mut().put_back(i, p);
                 }
             }
         }
-        (ran, next)
+        (busy, next)
     }
 }
 

@@ -16,7 +16,8 @@ use async_task::Runnable;
 use parking_lot::Mutex;
 
 use crate::context::{self, Ctx};
-use crate::{JoinHandle, Message, PollerId, ReactorId, ReactorStats, RunStats};
+use crate::slots::Slots;
+use crate::{JoinHandle, Message, PollerId, PollerStatus, ReactorId, ReactorStats, RunStats};
 
 /// Period used for pollers registered with period 0, which in simulation would otherwise run
 /// an unbounded number of times at one instant. One microsecond is finer than any device or
@@ -58,7 +59,7 @@ impl Ord for Timer {
 struct Poller {
     reactor: ReactorId,
     period_ns: u64,
-    poll: Box<dyn FnMut() -> bool>,
+    poll: Box<dyn FnMut() -> PollerStatus>,
 }
 
 #[derive(Default)]
@@ -75,7 +76,7 @@ pub(crate) struct Inner {
     ready: ReadyQueue,
     timers: RefCell<BinaryHeap<Timer>>,
     cpus: RefCell<Vec<VirtualCpu>>,
-    pollers: RefCell<Vec<Option<Poller>>>,
+    pollers: RefCell<Slots<Poller>>,
 }
 
 impl Inner {
@@ -139,25 +140,23 @@ impl Inner {
         &self,
         reactor: ReactorId,
         period_ns: u64,
-        poll: Box<dyn FnMut() -> bool>,
+        poll: Box<dyn FnMut() -> PollerStatus>,
     ) -> PollerId {
         let period_ns = period_ns.max(MIN_POLL_PERIOD_NS);
-        let id = {
-            let mut pollers = self.pollers.borrow_mut();
-            pollers.push(Some(Poller { reactor, period_ns, poll }));
-            pollers.len() - 1
-        };
+        let id = { self.pollers.borrow_mut().insert(Poller { reactor, period_ns, poll }) };
         self.push_timer(self.now_ns() + period_ns, TimerKind::Poller(id));
         PollerId(id)
     }
 
     fn run_poller(&self, id: usize) {
-        let taken = self.pollers.borrow_mut()[id].take();
+        let taken = self.pollers.borrow_mut().take(id);
         let Some(mut p) = taken else { return };
         context::set_reactor(p.reactor);
-        if (p.poll)() {
+        if (p.poll)() == PollerStatus::Done {
+            self.pollers.borrow_mut().release(id);
+        } else {
             let next = self.now_ns() + p.period_ns;
-            self.pollers.borrow_mut()[id] = Some(p);
+            self.pollers.borrow_mut().put_back(id, p);
             self.push_timer(next, TimerKind::Poller(id));
         }
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use flashrig_runtime::{
     charge_cpu_ns, current_reactor, now_ns, num_reactors, register_poller, run, send, sleep_ns,
-    spawn, spawn_on, RuntimeKind,
+    spawn, spawn_on, PollerStatus, RuntimeKind,
 };
 
 const BOTH: [RuntimeKind; 2] = [RuntimeKind::Sim, RuntimeKind::Real];
@@ -118,7 +118,11 @@ fn pollers_run_periodically_until_they_stop() {
             register_poller(100_000, move || {
                 f.borrow_mut().get_or_insert(now_ns() - t0);
                 *c.borrow_mut() += 1;
-                *c.borrow() < 5
+                if *c.borrow() < 5 {
+                    PollerStatus::Busy
+                } else {
+                    PollerStatus::Done
+                }
             });
             // Wait for the fifth run however long the machine takes (no timing assertion on
             // the real runtime), then make sure the poller stopped after it asked to.
