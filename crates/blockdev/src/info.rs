@@ -14,6 +14,11 @@ pub struct Capabilities {
     pub convert: bool,
     /// The near-storage compute vendor command.
     pub compute: bool,
+    /// A block's metadata bytes are written atomically with its data, as an SSD programs OOB
+    /// bytes with the page: after a crash, an unflushed block holds data and metadata of the
+    /// same write. Without it (a file with a metadata sidecar) they may come from different
+    /// writes; flushed blocks are consistent either way.
+    pub md_atomic: bool,
 }
 
 /// Zone layout of a zoned device.

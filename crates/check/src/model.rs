@@ -8,6 +8,11 @@
 //! to it since (completed or still in flight), independently of its neighbours: devices do not
 //! promise that a multi-block write lands atomically.
 //!
+//! Metadata bytes are part of the block: on a device that stores them atomically with the data
+//! (`caps.md_atomic`: RAM, an SSD's OOB area) a crash leaves a block's data and metadata from
+//! the same write; on one that does not (a file with a metadata sidecar) they may come from
+//! different writes among those allowed, and the model accepts that for unflushed writes only.
+//!
 //! The model never holds block bytes: contents are named by (lba, version) and regenerated with
 //! [`crate::pattern`], so a model of a terabyte device costs a few words per written block.
 
@@ -15,22 +20,32 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::pattern::{decode_block, fill_md, BlockContent};
 
-/// What a block holds, as the model names it.
+/// What a block holds, as the model names it: which write its data came from and which
+/// write its metadata came from (`None`: zeros).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Expect {
-    /// Zeros: never written, or trimmed.
-    Zero,
-    /// Version `version` of the block; `md` says whether metadata bytes were written with it
-    /// (otherwise the block's metadata reads as zeros).
-    Data { version: u64, md: bool },
+pub struct Expect {
+    pub data: Option<u64>,
+    pub md: Option<u64>,
+}
+
+impl Expect {
+    /// Zeros, data and metadata: never written, or trimmed.
+    pub const ZERO: Expect = Expect { data: None, md: None };
+
+    /// What a write of `version` leaves (its metadata zeros when it carried none).
+    pub fn written(version: u64, md: bool) -> Expect {
+        Expect { data: Some(version), md: md.then_some(version) }
+    }
 }
 
 impl std::fmt::Display for Expect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Expect::Zero => f.write_str("zeros"),
-            Expect::Data { version, md: true } => write!(f, "version {version} with metadata"),
-            Expect::Data { version, md: false } => write!(f, "version {version}"),
+        match (self.data, self.md) {
+            (None, None) => f.write_str("zeros"),
+            (Some(d), None) => write!(f, "version {d}"),
+            (Some(d), Some(m)) if d == m => write!(f, "version {d} with metadata"),
+            (Some(d), Some(m)) => write!(f, "version {d} with the metadata of version {m}"),
+            (None, Some(m)) => write!(f, "zeros with the metadata of version {m}"),
         }
     }
 }
@@ -54,7 +69,7 @@ struct Block {
 
 impl Default for Block {
     fn default() -> Self {
-        Block { durable: Expect::Zero, current: Expect::Zero, pending: Vec::new() }
+        Block { durable: Expect::ZERO, current: Expect::ZERO, pending: Vec::new() }
     }
 }
 
@@ -75,6 +90,8 @@ pub struct Model {
     /// Completion counter: stamps order completions against flush issues.
     stamp: u64,
     last_version: u64,
+    /// Whether the device writes a block's metadata atomically with its data.
+    md_atomic: bool,
 }
 
 /// A read that does not match the model.
@@ -103,7 +120,21 @@ impl Model {
             dirty: BTreeSet::new(),
             stamp: 0,
             last_version: 0,
+            md_atomic: true,
         }
+    }
+
+    /// A model of `info`'s device (block size, metadata bytes, whether metadata is atomic).
+    pub fn for_device(info: &flashrig_blockdev::DeviceInfo, salt: u64) -> Self {
+        let mut m = Model::new(info.block_size, info.md_bytes_per_block, salt);
+        m.md_atomic = info.caps.md_atomic;
+        m
+    }
+
+    /// Says whether the device writes metadata atomically with its block; when it does not, a
+    /// crash may leave an unflushed block's data and metadata from different writes.
+    pub fn set_md_atomic(&mut self, atomic: bool) {
+        self.md_atomic = atomic;
     }
 
     pub fn block_size(&self) -> usize {
@@ -169,20 +200,20 @@ impl Model {
 
     /// A write of `version` over `blocks` blocks at `lba` was submitted.
     pub fn write_issued(&mut self, lba: u64, blocks: u64, version: u64, md: bool) {
-        self.issue(lba, blocks, |_| Expect::Data { version, md });
+        self.issue(lba, blocks, |_| Expect::written(version, md));
     }
 
     /// That write completed successfully; `fua` when it was a forced-unit-access write.
     pub fn write_done(&mut self, lba: u64, blocks: u64, version: u64, md: bool, fua: bool) {
-        self.complete(lba, blocks, |_| Expect::Data { version, md }, fua);
+        self.complete(lba, blocks, |_| Expect::written(version, md), fua);
     }
 
     pub fn trim_issued(&mut self, lba: u64, blocks: u64) {
-        self.issue(lba, blocks, |_| Expect::Zero);
+        self.issue(lba, blocks, |_| Expect::ZERO);
     }
 
     pub fn trim_done(&mut self, lba: u64, blocks: u64) {
-        self.complete(lba, blocks, |_| Expect::Zero, false);
+        self.complete(lba, blocks, |_| Expect::ZERO, false);
     }
 
     /// A flush was submitted now.
@@ -211,13 +242,13 @@ impl Model {
 
     /// What a read of `lba` must return now.
     pub fn expected(&self, lba: u64) -> Expect {
-        self.blocks.get(&lba).map_or(Expect::Zero, |b| b.current)
+        self.blocks.get(&lba).map_or(Expect::ZERO, |b| b.current)
     }
 
     /// What `lba` may hold after a crash: its durable content or any change since.
     pub fn allowed_after_crash(&self, lba: u64) -> Vec<Expect> {
         match self.blocks.get(&lba) {
-            None => vec![Expect::Zero],
+            None => vec![Expect::ZERO],
             Some(b) => {
                 let mut v = vec![b.durable];
                 v.extend(b.pending.iter().map(|p| p.content));
@@ -233,25 +264,29 @@ impl Model {
         v
     }
 
-    /// Whether `data` (one block) and `md` (its metadata, if read) match `want`.
-    pub fn matches(&self, lba: u64, want: Expect, data: &[u8], md: Option<&[u8]>) -> bool {
+    fn data_matches(&self, lba: u64, want: Option<u64>, data: &[u8]) -> bool {
         let content = decode_block(data);
-        let data_ok = match want {
-            Expect::Zero => content == BlockContent::Zero,
-            Expect::Data { version, .. } => {
-                content == BlockContent::Valid { lba, version, salt: self.salt }
-            }
-        };
-        let md_ok = match (md, want) {
+        match want {
+            None => content == BlockContent::Zero,
+            Some(version) => content == BlockContent::Valid { lba, version, salt: self.salt },
+        }
+    }
+
+    fn md_matches(&self, lba: u64, want: Option<u64>, md: Option<&[u8]>) -> bool {
+        match (md, want) {
             (None, _) => true,
-            (Some(m), Expect::Data { version, md: true }) => {
+            (Some(m), None) => m.iter().all(|&b| b == 0),
+            (Some(m), Some(version)) => {
                 let mut expect = vec![0u8; m.len()];
                 fill_md(&mut expect, lba, version, self.salt);
                 m == expect.as_slice()
             }
-            (Some(m), _) => m.iter().all(|&b| b == 0),
-        };
-        data_ok && md_ok
+        }
+    }
+
+    /// Whether `data` (one block) and `md` (its metadata, if read) match `want`.
+    pub fn matches(&self, lba: u64, want: Expect, data: &[u8], md: Option<&[u8]>) -> bool {
+        self.data_matches(lba, want.data, data) && self.md_matches(lba, want.md, md)
     }
 
     fn describe(&self, data: &[u8], md: Option<&[u8]>) -> String {
@@ -292,8 +327,19 @@ impl Model {
         md: Option<&[u8]>,
     ) -> Result<(), Mismatch> {
         let allowed = self.allowed_after_crash(lba);
-        match allowed.iter().find(|a| self.matches(lba, **a, data, md)) {
-            Some(&found) => {
+        let found = if self.md_atomic || md.is_none() {
+            allowed.iter().copied().find(|a| self.matches(lba, *a, data, md))
+        } else {
+            // Data and metadata may each come from any allowed write.
+            let d = allowed.iter().find(|a| self.data_matches(lba, a.data, data));
+            let m = allowed.iter().find(|a| self.md_matches(lba, a.md, md));
+            match (d, m) {
+                (Some(d), Some(m)) => Some(Expect { data: d.data, md: m.md }),
+                _ => None,
+            }
+        };
+        match found {
+            Some(found) => {
                 let b = self.blocks.entry(lba).or_default();
                 b.durable = found;
                 b.current = found;
@@ -304,8 +350,9 @@ impl Model {
             None => Err(Mismatch {
                 lba,
                 expected: format!(
-                    "one of [{}]",
-                    allowed.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")
+                    "one of [{}]{}",
+                    allowed.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "),
+                    if self.md_atomic { "" } else { " (data and metadata each)" }
                 ),
                 found: self.describe(data, md),
             }),
@@ -359,14 +406,14 @@ mod tests {
         m.flush_done(f);
         assert_eq!(
             m.allowed_after_crash(0),
-            vec![Expect::Data { version: v1, md: false }, Expect::Data { version: v2, md: false }]
+            vec![Expect::written(v1, false), Expect::written(v2, false)]
         );
         // Zeros are no longer allowed: version 1 was flushed.
         assert!(m.clone().check_after_crash(0, &[0u8; 512], None).is_err());
         assert!(m.clone().check_after_crash(0, &block(&m, 0, v2), None).is_ok());
         let f2 = m.flush_issued();
         m.flush_done(f2);
-        assert_eq!(m.allowed_after_crash(0), vec![Expect::Data { version: v2, md: false }]);
+        assert_eq!(m.allowed_after_crash(0), vec![Expect::written(v2, false)]);
         assert!(!m.has_pending());
     }
 
@@ -387,6 +434,39 @@ mod tests {
         m.write_issued(9, 1, v3, false);
         m.write_done(9, 1, v3, false, true);
         assert!(m.clone().check_after_crash(9, &[0u8; 512], None).is_err());
+    }
+
+    #[test]
+    fn torn_metadata_is_accepted_only_where_the_device_allows_it() {
+        let mut m = Model::new(512, 16, 3);
+        let v1 = m.next_version();
+        m.write_issued(1, 1, v1, true);
+        m.write_done(1, 1, v1, true, false);
+        let f = m.flush_issued();
+        m.flush_done(f);
+        let v2 = m.next_version();
+        m.write_issued(1, 1, v2, true);
+        m.write_done(1, 1, v2, true, false);
+        // New data beside the old metadata: a write torn by the crash.
+        let (mut d2, mut md1) = (vec![0u8; 512], vec![0u8; 16]);
+        m.fill(1, v2, &mut d2, None);
+        let mut scratch = vec![0u8; 512];
+        m.fill(1, v1, &mut scratch, Some(&mut md1));
+        assert!(m.clone().check_after_crash(1, &d2, Some(&md1)).is_err(), "atomic device");
+        let mut torn = m.clone();
+        torn.set_md_atomic(false);
+        assert!(torn.clone().check_after_crash(1, &d2, Some(&md1)).is_ok());
+        torn.check_after_crash(1, &d2, Some(&md1)).unwrap();
+        assert_eq!(torn.expected(1), Expect { data: Some(v2), md: Some(v1) });
+        // Flushed state is never torn: zeros in the metadata of a flushed block are wrong.
+        let mut flushed = Model::new(512, 16, 3);
+        flushed.set_md_atomic(false);
+        let v = flushed.next_version();
+        flushed.write_issued(1, 1, v, true);
+        flushed.write_done(1, 1, v, true, true);
+        let mut d = vec![0u8; 512];
+        flushed.fill(1, v, &mut d, None);
+        assert!(flushed.check_after_crash(1, &d, Some(&[0u8; 16])).is_err());
     }
 
     #[test]

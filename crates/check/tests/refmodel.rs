@@ -32,8 +32,7 @@ fn check(
     let (res, _) = run(kind, reactors, move || async move {
         let dev = build();
         let info = dev.info().clone();
-        let model =
-            Arc::new(Mutex::new(Model::new(info.block_size, info.md_bytes_per_block, cfg.seed)));
+        let model = Arc::new(Mutex::new(Model::for_device(&info, cfg.seed)));
         run_check(dev, model, &cfg).await
     });
     res

@@ -215,6 +215,8 @@ impl FileDevice {
         metrics.counter("io_uring").set(uring as u64);
         let mut info = DeviceInfo::new(name, bs, num_blocks).with_md_bytes(md);
         info.caps.fua = true;
+        // The sidecar is written after the data: a crash can separate them (docs/formats.md).
+        info.caps.md_atomic = false;
         Ok(Self {
             info,
             md_offset: align_up(num_blocks * bs as u64, ALIGN as u64),

@@ -47,6 +47,8 @@ impl RamDevice {
         let metrics = Registry::new(name);
         let mut info = DeviceInfo::new(name, block_size, num_blocks).with_md_bytes(md_bytes);
         info.caps.fua = true;
+        // Data and metadata of a block are copied under one lock.
+        info.caps.md_atomic = true;
         Self {
             info,
             latency_ns,

@@ -32,6 +32,7 @@ impl Concat {
         }
         let mut info = DeviceInfo::new(name, bs, total).with_md_bytes(md);
         info.caps.fua = members.iter().all(|m| m.info().caps.fua);
+        info.caps.md_atomic = members.iter().all(|m| m.info().caps.md_atomic);
         Ok(Self { info, members, starts, metrics: Registry::new(name) })
     }
 

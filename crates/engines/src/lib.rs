@@ -25,7 +25,7 @@ pub struct EngineConstraints {
 }
 
 /// Checks the members against an engine's constraints and returns their common block size
-/// and the metadata bytes per block every member can store.
+/// and the metadata bytes per block the engine can offer.
 pub fn check_members(c: &EngineConstraints, members: &[DevRef]) -> DevResult<(u32, u32)> {
     if members.len() < c.min_members {
         return Err(DevError::Invalid(format!(
@@ -46,6 +46,9 @@ pub fn check_members(c: &EngineConstraints, members: &[DevRef]) -> DevResult<(u3
             bs
         )));
     }
-    let md = members.iter().map(|m| m.info().md_bytes_per_block).min().unwrap_or(0);
+    // Metadata passes through only when every member stores the same amount; otherwise the
+    // engine offers none (members then store zeroed metadata).
+    let md = members[0].info().md_bytes_per_block;
+    let md = if members.iter().all(|m| m.info().md_bytes_per_block == md) { md } else { 0 };
     Ok((bs, md))
 }

@@ -42,6 +42,7 @@ impl Stripe {
             DeviceInfo::new(name, bs, rows * chunk_blocks * members.len() as u64).with_md_bytes(md);
         info.optimal_io_blocks = (chunk_blocks * members.len() as u64) as u32;
         info.caps.fua = members.iter().all(|m| m.info().caps.fua);
+        info.caps.md_atomic = members.iter().all(|m| m.info().caps.md_atomic);
         let metrics = Registry::new(name);
         Ok(Self {
             info,

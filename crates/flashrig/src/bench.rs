@@ -44,7 +44,7 @@ pub fn sim_events(tasks: u64, rounds: u64) -> BenchResult {
     let polls: u64 = stats.reactors.iter().map(|r| r.polls).sum();
     let firings = stats.events - polls;
     BenchResult {
-        name: "sim events".into(),
+        name: format!("sim events ({tasks} timers)"),
         value: stats.events as f64 / wall,
         unit: "events/s".into(),
         detail: format!(

@@ -20,7 +20,7 @@ use std::cell::RefCell;
 use std::io::Write;
 use std::rc::Rc;
 
-use flashrig_blockdev::{DevRef, WriteHints};
+use flashrig_blockdev::{DevRef, DeviceInfo, WriteHints};
 use flashrig_check::Model;
 use flashrig_runtime::spawn;
 use rand_core::{Rng, SeedableRng};
@@ -130,11 +130,11 @@ pub async fn writer(
     }
 }
 
-/// Replays a crash writer's log into a model of a device with the given block and metadata
-/// sizes, written with `seed`. Returns the model and the number of flushes that completed.
-pub fn replay_log(log: &str, block_size: u32, md_bytes: u32, seed: u64) -> (Model, u64) {
-    let mut model = Model::new(block_size, md_bytes, seed);
-    let md = md_bytes > 0;
+/// Replays a crash writer's log into a model of the device `info` describes, written with
+/// `seed`. Returns the model and the number of flushes that completed.
+pub fn replay_log(log: &str, info: &DeviceInfo, seed: u64) -> (Model, u64) {
+    let mut model = Model::for_device(info, seed);
+    let md = info.md_bytes_per_block > 0;
     let mut flushes = std::collections::HashMap::new();
     let mut completed = 0;
     for line in log.lines() {
@@ -177,7 +177,7 @@ mod tests {
     fn replay_follows_flush_issue_points() {
         let log = "I 1 1 1\nW 1 1 1\nI 2 1 2\nW 2 1 2\nFI 1\nI 1 1 3\nW 1 1 3\nFD 1\n\
                    I 2 1 4\nW 2 1 4\nFI 2\nI 3 1 5\nW 3";
-        let (m, flushes) = replay_log(log, 4096, 0, 9);
+        let (m, flushes) = replay_log(log, &DeviceInfo::new("t", 4096, 100), 9);
         assert_eq!(flushes, 1);
         // Block 1: version 1 was flushed; version 3 may or may not have survived.
         assert!(m.clone().check_after_crash(1, &block(&m, 1, 1), None).is_ok());

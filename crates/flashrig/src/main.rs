@@ -171,6 +171,8 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             let scale = if quick { 10 } else { 1 };
             let mut results = Vec::new();
             if which == BenchArg::Sim || which == BenchArg::All {
+                // 1,000 pending timers is a busy simulated array; 10,000 stresses the queue.
+                results.push(flashrig::bench::sim_events(1_000, 20_000 / scale));
                 results.push(flashrig::bench::sim_events(10_000, 2_000 / scale));
             }
             if which == BenchArg::Messages || which == BenchArg::All {
@@ -205,12 +207,7 @@ fn debug(cmd: DebugCommand) -> Result<(), Error> {
             let (res, _) = flashrig_runtime::run(cfg.runtime, 1, move || async move {
                 let dev = flashrig::stack::build(&cfg.device)?;
                 let info = dev.info().clone();
-                let (model, flushes) = flashrig::crashcheck::replay_log(
-                    &text,
-                    info.block_size,
-                    info.md_bytes_per_block,
-                    seed,
-                );
+                let (model, flushes) = flashrig::crashcheck::replay_log(&text, &info, seed);
                 let model = std::sync::Arc::new(parking_lot::Mutex::new(model));
                 let blocks =
                     flashrig_check::verify_after_crash(&dev, &model).await.map_err(Error::Run)?;
