@@ -171,3 +171,31 @@ impl BlockDevice for RamDevice {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flashrig_runtime::{run, RuntimeKind};
+
+    #[test]
+    fn memory_is_taken_on_write_and_given_back_on_trim() {
+        let ((after_write, after_trim, zero), _) = run(RuntimeKind::Sim, 1, || async {
+            // A terabyte of capacity costs nothing until written.
+            let dev = RamDevice::new("r", 4096, 1 << 28, 8, 0);
+            dev.write(1000, &[1u8; 3 * 4096], None, WriteHints::NONE).await.unwrap();
+            dev.write((1 << 28) - 1, &[2u8; 4096], None, WriteHints::NONE).await.unwrap();
+            let after_write = dev.allocated_blocks();
+            dev.trim(1001, 1).await.unwrap();
+            // A trim larger than the shard walk threshold takes the other path.
+            dev.trim(0, 1 << 27).await.unwrap();
+            let after_trim = dev.allocated_blocks();
+            let mut buf = vec![9u8; 4096];
+            let mut md = vec![9u8; 8];
+            dev.read(1001, &mut buf, Some(&mut md)).await.unwrap();
+            (after_write, after_trim, buf.iter().chain(&md).all(|&b| b == 0))
+        });
+        assert_eq!(after_write, 4);
+        assert_eq!(after_trim, 1, "only the block at the far end is left");
+        assert!(zero, "a trimmed block reads as zeros, metadata too");
+    }
+}

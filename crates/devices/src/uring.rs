@@ -67,7 +67,7 @@ thread_local! {
 pub(crate) fn ring() -> Result<Rc<Ring>, String> {
     RING.with(|r| {
         r.borrow_mut()
-            .get_or_insert_with(|| match IoUring::new(RING_ENTRIES) {
+            .get_or_insert_with(|| match new_ring() {
                 Ok(ring) => Ok(Rc::new(Ring {
                     ring: RefCell::new(ring),
                     ops: RefCell::default(),
@@ -82,6 +82,23 @@ pub(crate) fn ring() -> Result<Rc<Ring>, String> {
     })
 }
 
+/// A ring for one thread: single issuer with deferred task work where the kernel has them
+/// (6.1+), so completions are posted when the poller asks (it sees the `IORING_SQ_TASKRUN`
+/// flag) instead of by interrupting the reactor; cooperative task work on 5.19+; plain
+/// otherwise. Deferred task work posts completions sooner for a busy-polling reactor that
+/// rarely enters the kernel: see docs/benchmarks.md for what each setup measured.
+fn new_ring() -> io::Result<IoUring> {
+    IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .setup_taskrun_flag()
+        .build(RING_ENTRIES)
+        .or_else(|_| {
+            IoUring::builder().setup_coop_taskrun().setup_taskrun_flag().build(RING_ENTRIES)
+        })
+        .or_else(|_| IoUring::new(RING_ENTRIES))
+}
+
 /// Whether this process may use io_uring (probed once per thread).
 pub fn available() -> bool {
     ring().is_ok()
@@ -89,7 +106,10 @@ pub fn available() -> bool {
 
 impl Ring {
     fn submit_pending(&self) -> io::Result<()> {
-        if self.unsubmitted.replace(false) {
+        // Enter the kernel when there is something to submit, or completions waiting for us to
+        // run their task work (IORING_SQ_TASKRUN).
+        let taskrun = self.ring.borrow_mut().submission().taskrun();
+        if self.unsubmitted.replace(false) || taskrun {
             let ring = self.ring.borrow();
             loop {
                 match ring.submit() {

@@ -68,6 +68,68 @@ mod tests {
         );
     }
 
+    use proptest::prelude::*;
+
+    /// Checks that `pieces` tile a request of `blocks` blocks in order, each inside its
+    /// member, and returns (member, member_lba, request offset) for every block.
+    fn blocks_of(pieces: &[Piece], blocks: u64, member_blocks: &[u64]) -> Vec<(usize, u64, u64)> {
+        let mut out = Vec::new();
+        let mut next = 0;
+        for p in pieces {
+            assert_eq!(p.offset_blocks, next, "pieces are contiguous and in order");
+            assert!(p.blocks > 0);
+            assert!(p.member_lba + p.blocks <= member_blocks[p.member], "piece inside member");
+            for i in 0..p.blocks {
+                out.push((p.member, p.member_lba + i, p.offset_blocks + i));
+            }
+            next += p.blocks;
+        }
+        assert_eq!(next, blocks, "pieces cover the request");
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn stripe_pieces_tile_the_request_and_never_collide(
+            members in 1usize..7, chunk in 1u64..9, rows in 1u64..6,
+            start in 0u64..400, len in 1u64..60,
+        ) {
+            let total = members as u64 * chunk * rows;
+            let start = start % total;
+            let len = len.min(total - start);
+            let pieces = stripe_pieces(start, len, chunk, members);
+            let member_blocks = vec![chunk * rows; members];
+            let got = blocks_of(&pieces, len, &member_blocks);
+            // The whole address space maps one-to-one onto member blocks.
+            let all = blocks_of(&stripe_pieces(0, total, chunk, members), total, &member_blocks);
+            let mut seen = std::collections::HashSet::new();
+            for &(m, l, _) in &all {
+                prop_assert!(seen.insert((m, l)), "two LBAs share member {m} block {l}");
+            }
+            for (i, &(m, l, _)) in got.iter().enumerate() {
+                prop_assert_eq!((m, l), (all[(start + i as u64) as usize].0, all[(start + i as u64) as usize].1));
+            }
+        }
+
+        #[test]
+        fn concat_pieces_tile_the_request(
+            sizes in proptest::collection::vec(1u64..20, 1..6), start in 0u64..100, len in 1u64..50,
+        ) {
+            let mut starts = Vec::new();
+            let mut total = 0;
+            for s in &sizes {
+                starts.push(total);
+                total += s;
+            }
+            let start = start % total;
+            let len = len.min(total - start);
+            let got = blocks_of(&concat_pieces(start, len, &starts, total), len, &sizes);
+            for (i, &(m, l, _)) in got.iter().enumerate() {
+                prop_assert_eq!(starts[m] + l, start + i as u64);
+            }
+        }
+    }
+
     #[test]
     fn concat_crosses_members() {
         let p = concat_pieces(8, 6, &[0, 10, 12], 20);

@@ -14,9 +14,10 @@ use flashrig_runtime::RuntimeKind;
     name = "flashrig",
     version,
     about = "Emulated SSDs, all-flash-array engines, and the workloads that measure them",
-    long_about = "flashrig runs storage engines (RAID, two-phase write, ScalaAFA, ...) over RAM, \
-                  files or emulated SSDs, on a deterministic simulated runtime or on real \
-                  threads, and reports throughput, latency and every layer's counters."
+    long_about = "flashrig runs block-device stacks (engines built on RAM disks, files or, later, \
+                  emulated SSDs) on a deterministic simulated runtime or on real threads, and \
+                  reports throughput, latency and every layer's counters. Engines today: stripe \
+                  and concat; see README.md for what each command does."
 )]
 struct Cli {
     #[command(subcommand)]
