@@ -191,3 +191,20 @@ fn bad_command_lines_exit_2() {
         assert!(text(&out.stdout).contains(verb), "--help lists {verb}");
     }
 }
+
+#[test]
+fn every_shipped_configuration_is_valid() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+    let mut checked = 0;
+    for dir in [root.clone(), root.join("examples"), root.join("bench")] {
+        for entry in std::fs::read_dir(&dir).expect("configs directory") {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let out = flashrig(&["config", "show", path.to_str().unwrap()]);
+                assert!(out.status.success(), "{}: {}", path.display(), text(&out.stderr));
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 5, "found only {checked} configurations under {}", root.display());
+}
