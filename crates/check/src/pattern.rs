@@ -88,13 +88,19 @@ fn crc_of(block: &[u8]) -> u32 {
 /// reserved for "never written").
 pub fn fill_block(block: &mut [u8], lba: u64, version: u64, salt: u64) {
     assert!(block.len() >= MIN_BLOCK_BYTES, "a self-describing block needs 40 bytes");
+    fill_stream(&mut block[40..], seed_of(lba, version, salt));
+    stamp_header(block, lba, version, salt);
+}
+
+/// Writes the header fields and the CRC over the block as it now is.
+fn stamp_header(block: &mut [u8], lba: u64, version: u64, salt: u64) {
+    assert!(block.len() >= MIN_BLOCK_BYTES, "a self-describing block needs 40 bytes");
     assert!(version != 0, "version 0 means never written");
     block[0..8].copy_from_slice(&MAGIC);
     block[8..16].copy_from_slice(&lba.to_le_bytes());
     block[16..24].copy_from_slice(&version.to_le_bytes());
     block[24..32].copy_from_slice(&salt.to_le_bytes());
     block[36..40].fill(0);
-    fill_stream(&mut block[40..], seed_of(lba, version, salt));
     let crc = crc_of(block);
     block[32..36].copy_from_slice(&crc.to_le_bytes());
 }
@@ -105,15 +111,7 @@ pub fn fill_block(block: &mut [u8], lba: u64, version: u64, salt: u64) {
 /// [`fill_block`]: with a reused payload, a block torn between two versions of itself is only
 /// noticed if the tear crosses the header.)
 pub fn restamp_block(block: &mut [u8], lba: u64, version: u64, salt: u64) {
-    assert!(block.len() >= MIN_BLOCK_BYTES, "a self-describing block needs 40 bytes");
-    assert!(version != 0, "version 0 means never written");
-    block[0..8].copy_from_slice(&MAGIC);
-    block[8..16].copy_from_slice(&lba.to_le_bytes());
-    block[16..24].copy_from_slice(&version.to_le_bytes());
-    block[24..32].copy_from_slice(&salt.to_le_bytes());
-    block[36..40].fill(0);
-    let crc = crc_of(block);
-    block[32..36].copy_from_slice(&crc.to_le_bytes());
+    stamp_header(block, lba, version, salt);
 }
 
 /// Fills consecutive blocks starting at `lba`, all with `version`.

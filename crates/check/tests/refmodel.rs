@@ -38,7 +38,8 @@ fn check(
     res
 }
 
-/// The runtimes every stack is checked on: (runtime, reactors, spread slots over reactors).
+/// The runtimes every stack is checked on: (runtime, reactors); with two reactors the driver
+/// spreads its in-flight slots over both.
 const RUNTIMES: [(RuntimeKind, usize); 3] =
     [(RuntimeKind::Sim, 1), (RuntimeKind::Sim, 2), (RuntimeKind::Real, 2)];
 
