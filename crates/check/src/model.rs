@@ -92,6 +92,10 @@ pub struct Model {
     last_version: u64,
     /// Whether the device writes a block's metadata atomically with its data.
     md_atomic: bool,
+    /// Set for devices that return a 64-bit fingerprint of each block instead of its bytes
+    /// (the emulated SSD's payload mode `tag`): reads are checked against the fingerprint of
+    /// what the block should hold.
+    tag_of: Option<fn(&[u8]) -> u64>,
 }
 
 /// A read that does not match the model.
@@ -121,6 +125,7 @@ impl Model {
             stamp: 0,
             last_version: 0,
             md_atomic: true,
+            tag_of: None,
         }
     }
 
@@ -135,6 +140,12 @@ impl Model {
     /// crash may leave an unflushed block's data and metadata from different writes.
     pub fn set_md_atomic(&mut self, atomic: bool) {
         self.md_atomic = atomic;
+    }
+
+    /// Checks reads as fingerprints: a block reads as `tag_of(expected bytes)` in its first 8
+    /// bytes (little endian) followed by zeros, and a block never written reads as zeros.
+    pub fn set_tag_mode(&mut self, tag_of: fn(&[u8]) -> u64) {
+        self.tag_of = Some(tag_of);
     }
 
     pub fn block_size(&self) -> usize {
@@ -265,6 +276,17 @@ impl Model {
     }
 
     fn data_matches(&self, lba: u64, want: Option<u64>, data: &[u8]) -> bool {
+        if let Some(tag_of) = self.tag_of {
+            let tag = match want {
+                None => return data.iter().all(|&b| b == 0),
+                Some(version) => {
+                    let mut expect = vec![0u8; data.len()];
+                    crate::pattern::fill_block(&mut expect, lba, version, self.salt);
+                    tag_of(&expect)
+                }
+            };
+            return data[..8] == tag.to_le_bytes() && data[8..].iter().all(|&b| b == 0);
+        }
         let content = decode_block(data);
         match want {
             None => content == BlockContent::Zero,

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use flashrig_devices::IoEngine;
 use flashrig_runtime::RuntimeKind;
+use flashrig_ssd::SsdConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
@@ -53,6 +54,26 @@ pub enum DeviceConfig {
     File(FileConfig),
     Stripe(StripeConfig),
     Concat(ConcatConfig),
+    Ssd(SsdSpec),
+}
+
+/// An emulated SSD: a named `preset` and any keys that override it (see
+/// `configs/presets/ssd/`), resolved into the full configuration when the file is read, so
+/// `flashrig config show` prints every effective value with its sources.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SsdSpec(pub SsdConfig);
+
+impl Serialize for SsdSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for SsdSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let table = toml::Table::deserialize(d)?;
+        SsdConfig::resolve(&table).map(SsdSpec).map_err(serde::de::Error::custom)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -204,6 +225,10 @@ pub struct WorkloadConfig {
     pub range: Option<Size>,
     /// Flush the stack when the jobs end, and count the flush in the run.
     pub final_flush: bool,
+    /// Stamp every written block with its address and version (a header and a CRC, as
+    /// flashrig-check verifies). `false` sends the same buffer for every write, for
+    /// timing-only runs (an SSD in payload mode `none`) where stamping would dominate.
+    pub stamp: bool,
 }
 
 impl Default for WorkloadConfig {
@@ -218,6 +243,7 @@ impl Default for WorkloadConfig {
             rwmixread: 50,
             range: None,
             final_flush: true,
+            stamp: true,
         }
     }
 }
@@ -328,6 +354,7 @@ fn validate_device(d: &DeviceConfig, at: &str) -> Result<(), String> {
             validate_members(&s.members, &s.member, s.width, at)?;
         }
         DeviceConfig::Concat(c) => validate_members(&c.members, &c.member, c.width, at)?,
+        DeviceConfig::Ssd(spec) => spec.0.validate().map_err(|e| format!("{at}: {e}"))?,
     }
     Ok(())
 }

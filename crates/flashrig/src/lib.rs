@@ -7,6 +7,7 @@ pub mod crashcheck;
 pub mod error;
 pub mod run;
 pub mod size;
+pub mod ssdlab;
 pub mod stack;
 pub mod workload;
 

@@ -16,8 +16,9 @@ use flashrig_runtime::RuntimeKind;
     about = "Emulated SSDs, all-flash-array engines, and the workloads that measure them",
     long_about = "flashrig runs block-device stacks (engines built on RAM disks, files or, later, \
                   emulated SSDs) on a deterministic simulated runtime or on real threads, and \
-                  reports throughput, latency and every layer's counters. Engines today: stripe \
-                  and concat; see README.md for what each command does."
+                  reports throughput, latency and every layer's counters. Devices: ram, file, \
+                  and the emulated SSD (`type = \"ssd\"` with a preset, see `flashrig ssd \
+                  presets`); engines: stripe and concat. See README.md for each command."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -57,6 +58,16 @@ enum Command {
         #[arg(long)]
         quick: bool,
     },
+    /// Check models against their analytic values and datasheets and write the report.
+    Validate {
+        #[command(subcommand)]
+        what: ValidateCommand,
+    },
+    /// The emulated SSD: list presets, show one.
+    Ssd {
+        #[command(subcommand)]
+        command: SsdCommand,
+    },
     /// Tools for flashrig's own tests.
     #[command(hide = true)]
     Debug {
@@ -72,6 +83,28 @@ enum ConfigCommand {
         /// Configuration file (TOML); the built-in default without one.
         config: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum ValidateCommand {
+    /// The emulated SSD: steady-state write amplification of the FTL beside the Lambert-W
+    /// closed form, and the 980 Pro-like preset beside its datasheet (docs/validation.md).
+    Ssd {
+        /// Where to write the report (Markdown).
+        #[arg(long, short = 'o', default_value = "docs/validation.md")]
+        out: PathBuf,
+        /// Shorter runs (a rough check; the committed report uses the full runs).
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum SsdCommand {
+    /// List the SSD presets compiled into flashrig.
+    Presets,
+    /// Print a preset with every value and its sources, as a device configuration.
+    Show { preset: String },
 }
 
 #[derive(Subcommand)]
@@ -107,6 +140,9 @@ enum RuntimeArg {
 enum BenchArg {
     Sim,
     Messages,
+    /// The emulated SSD: simulation speed (tiny preset, steady state) and memory (64 GiB
+    /// scalaafa-femu preset in payload mode tag).
+    Ssd,
     All,
 }
 
@@ -181,6 +217,62 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                 results.push(flashrig::bench::real_ping_pong(200_000 / scale));
             }
             print!("{}", flashrig::bench::render(&results));
+            if which == BenchArg::Ssd || which == BenchArg::All {
+                let (ios, secs) = flashrig::ssdlab::bench_sim_speed(4_000_000 / scale);
+                println!(
+                    "ssd-sim: tiny preset, steady-state QD32 4 KiB random writes, payload none: \
+                     {ios} host I/Os in {secs:.3} s = {:.2} M host I/Os per wall-second",
+                    ios as f64 / secs / 1e6
+                );
+                if !quick {
+                    let (cap, rss, secs) = flashrig::ssdlab::bench_tag_memory("scalaafa-femu");
+                    println!(
+                        "ssd-memory: scalaafa-femu, payload tag, {:.1} GiB written: peak \
+                         resident memory {:.2} GiB ({secs:.1} s)",
+                        cap as f64 / (1u64 << 30) as f64,
+                        rss as f64 / (1u64 << 30) as f64
+                    );
+                }
+            }
+            Ok(())
+        }
+        Command::Validate { what: ValidateCommand::Ssd { out, quick } } => {
+            let file = std::fs::File::create(&out).map_err(|e| {
+                Error::Input(format!("--out {}: cannot create the file: {e}", out.display()))
+            })?;
+            let v = flashrig::ssdlab::validate(quick);
+            let cmd = if quick { "flashrig validate ssd --quick" } else { "flashrig validate ssd" };
+            use std::io::Write;
+            let mut f = file;
+            f.write_all(flashrig::ssdlab::render(&v, cmd).as_bytes())
+                .map_err(|e| Error::Io(format!("cannot write {}: {e}", out.display())))?;
+            eprintln!("wrote {}", out.display());
+            Ok(())
+        }
+        Command::Ssd { command: SsdCommand::Presets } => {
+            for name in flashrig_ssd::config::preset_names() {
+                let cfg = flashrig_ssd::SsdConfig::preset(name).map_err(Error::Input)?;
+                let layout = flashrig_ssd::media::Layout::new(&cfg).map_err(Error::Input)?;
+                println!(
+                    "{name:16} {:>10} logical, {} {}, {} planes, {} KiB pages, {} KiB IU",
+                    flashrig::run::human_bytes(layout.capacity_bytes() as f64),
+                    cfg.nand.cell.name(),
+                    if cfg.firmware.slc_cache_bytes > 0 { "+ SLC cache" } else { "" },
+                    layout.planes,
+                    cfg.geometry.page_bytes / 1024,
+                    cfg.firmware.iu_bytes / 1024
+                );
+            }
+            Ok(())
+        }
+        Command::Ssd { command: SsdCommand::Show { preset } } => {
+            let cfg = flashrig_ssd::SsdConfig::preset(&preset).map_err(Error::Input)?;
+            let mut t = toml::Table::new();
+            t.insert(
+                "device".into(),
+                toml::Value::try_from(&cfg).map_err(|e| Error::Input(e.to_string()))?,
+            );
+            print!("{}", toml::to_string(&t).expect("serialises"));
             Ok(())
         }
         Command::Debug { command } => debug(command),

@@ -207,6 +207,10 @@ pub fn describe_device(d: &DeviceConfig) -> String {
         DeviceConfig::Concat(c) => {
             format!("concat over {}", describe_members(&c.members, &c.member, c.width))
         }
+        DeviceConfig::Ssd(spec) => match &spec.0.preset {
+            Some(p) => format!("ssd({p})"),
+            None => "ssd".to_string(),
+        },
     }
 }
 

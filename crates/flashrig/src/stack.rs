@@ -5,6 +5,7 @@ use std::sync::Arc;
 use flashrig_blockdev::{DevError, DevRef};
 use flashrig_devices::{FileDevice, FileOptions, RamDevice};
 use flashrig_engines::{Concat, Stripe};
+use flashrig_ssd::Ssd;
 
 use crate::config::DeviceConfig;
 use crate::error::Error;
@@ -21,6 +22,7 @@ fn default_name(cfg: &DeviceConfig, index: Option<usize>) -> String {
         DeviceConfig::File(_) => "file",
         DeviceConfig::Stripe(_) => "stripe",
         DeviceConfig::Concat(_) => "concat",
+        DeviceConfig::Ssd(_) => "ssd",
     };
     match index {
         Some(i) => format!("{kind}{i}"),
@@ -70,6 +72,10 @@ fn build_at(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevRef, Error
             let name = c.name.clone().unwrap_or_else(|| default.to_string());
             let members = build_members(&c.members, &c.member, c.width, at)?;
             Arc::new(Concat::new(&name, members).map_err(|e| stack_err(at, e))?)
+        }
+        DeviceConfig::Ssd(spec) => {
+            let name = spec.0.name.clone().unwrap_or_else(|| default.to_string());
+            Arc::new(Ssd::new(&name, &spec.0).map_err(|e| Error::Stack(format!("{at}: {e}")))?)
         }
     })
 }

@@ -181,6 +181,7 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
     let req_blocks = (w.bs.bytes() / bs).max(1);
     let range_blocks = w.range.map_or(info.num_blocks, |r| (r.bytes() / bs).min(info.num_blocks));
     let jobs = w.jobs as u64;
+    let stamp = w.stamp;
     let start = now_ns();
     let seq_start = if range_blocks >= req_blocks * jobs {
         (range_blocks / jobs / req_blocks) * req_blocks * job
@@ -232,7 +233,7 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
                     yield_now().await;
                 }
                 // Latency counts from submission: preparing the data is the client's work.
-                if !op.read {
+                if !op.read && stamp {
                     for (i, b) in buf.chunks_exact_mut(bs as usize).enumerate() {
                         pattern::restamp_block(b, op.lba + i as u64, op.seq, salt);
                     }

@@ -1,0 +1,513 @@
+//! The emulated SSD's configuration: geometry, NAND timing, firmware policies.
+//!
+//! A configuration usually starts from a named preset (`configs/presets/ssd/*.toml`, compiled
+//! into the binary) and overrides a few keys; [`SsdConfig::resolve`] merges the two and
+//! [`SsdConfig::validate`] checks every relation the firmware relies on, naming the key at
+//! fault. Every preset cites, in its `[sources]` table, where each of its numbers comes from.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What the media keeps of each block's bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadMode {
+    /// Real bytes: reads return exactly what was written.
+    #[default]
+    Full,
+    /// A 64-bit fingerprint per logical block ([`crate::tag_of`]). A read returns the
+    /// fingerprint in the block's first 8 bytes (little endian) and zeros after it, so a host
+    /// that knows what it wrote can verify every read at a scale where the bytes would not fit
+    /// in memory.
+    Tag,
+    /// Timing only: reads return zeros.
+    None,
+}
+
+/// How commands complete on the real runtime. The simulated runtime always paces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Timing {
+    /// At the modelled completion time (as FEMU does).
+    #[default]
+    Paced,
+    /// As soon as the firmware has done its bookkeeping (functional emulation).
+    Functional,
+}
+
+/// The cell type the media was built with. SLC-mode blocks of the SLC cache use the SLC
+/// latencies whatever the native type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum CellType {
+    Slc,
+    Mlc,
+    #[default]
+    Tlc,
+    Qlc,
+}
+
+impl CellType {
+    /// Bits per cell, which is also the number of page types (L, CL, CU, U for QLC).
+    pub fn bits(self) -> u32 {
+        match self {
+            CellType::Slc => 1,
+            CellType::Mlc => 2,
+            CellType::Tlc => 3,
+            CellType::Qlc => 4,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CellType::Slc => "slc",
+            CellType::Mlc => "mlc",
+            CellType::Tlc => "tlc",
+            CellType::Qlc => "qlc",
+        }
+    }
+
+    pub const ALL: [CellType; 4] = [CellType::Slc, CellType::Mlc, CellType::Tlc, CellType::Qlc];
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Geometry {
+    pub channels: u32,
+    pub chips_per_channel: u32,
+    pub dies_per_chip: u32,
+    pub planes_per_die: u32,
+    pub blocks_per_plane: u32,
+    /// Pages per block in the native cell mode.
+    pub pages_per_block: u32,
+    pub page_bytes: u32,
+    /// Spare bytes per page available to the firmware (after ECC).
+    pub oob_bytes_per_page: u32,
+}
+
+impl Default for Geometry {
+    fn default() -> Self {
+        Geometry {
+            channels: 2,
+            chips_per_channel: 1,
+            dies_per_chip: 2,
+            planes_per_die: 1,
+            blocks_per_plane: 64,
+            pages_per_block: 64,
+            page_bytes: 4096,
+            oob_bytes_per_page: 64,
+        }
+    }
+}
+
+impl Geometry {
+    pub fn dies(&self) -> u32 {
+        self.channels * self.chips_per_channel * self.dies_per_chip
+    }
+    /// Planes in the device: the units a line stripes over.
+    pub fn planes(&self) -> u32 {
+        self.dies() * self.planes_per_die
+    }
+    pub fn physical_bytes(&self) -> u64 {
+        self.planes() as u64
+            * self.blocks_per_plane as u64
+            * self.pages_per_block as u64
+            * self.page_bytes as u64
+    }
+}
+
+/// NAND array and bus timing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Nand {
+    pub cell: CellType,
+    /// Page read latency per page type in the native mode (one entry per bit of the cell:
+    /// L, U for MLC; L, C, U for TLC; L, CL, CU, U for QLC). Page `p` of a block has type
+    /// `p % bits`.
+    pub read_ns: Vec<u64>,
+    /// Page program latency per page type in the native mode.
+    pub program_ns: Vec<u64>,
+    pub erase_ns: u64,
+    pub slc_read_ns: u64,
+    pub slc_program_ns: u64,
+    pub slc_erase_ns: u64,
+    /// Bandwidth of one channel in MB/s (10^6 bytes); a page moves in `page_bytes / bandwidth`.
+    pub channel_mb_per_s: f64,
+}
+
+impl Default for Nand {
+    fn default() -> Self {
+        // The `tiny` preset's numbers: FEMU's defaults (see configs/presets/ssd/tiny.toml).
+        Nand {
+            cell: CellType::Tlc,
+            read_ns: vec![40_000; 3],
+            program_ns: vec![200_000; 3],
+            erase_ns: 2_000_000,
+            slc_read_ns: 40_000,
+            slc_program_ns: 200_000,
+            slc_erase_ns: 2_000_000,
+            channel_mb_per_s: 800.0,
+        }
+    }
+}
+
+/// Victim selection of garbage collection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GcPolicy {
+    /// The closed line with the fewest valid slots.
+    #[default]
+    Greedy,
+    /// The least recently written line (first in, first out), whatever its valid count.
+    Fifo,
+}
+
+/// Victim selection of the SLC cache's evictor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvictorPolicy {
+    /// The oldest SLC line.
+    #[default]
+    Fifo,
+    /// The SLC line with the fewest valid slots.
+    Greedy,
+    /// ScalaAFA §5.5: the line with the highest `factor * invalid - transient` score.
+    Transient,
+}
+
+/// Replacement policy of the DRAM write buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BufferPolicy {
+    #[default]
+    Lru,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Firmware {
+    /// Host logical block size: 4096, or 512 (sectors, to study unaligned writes).
+    pub block_bytes: u32,
+    /// Mapping (indirection) unit of the FTL: 4 KiB in most SSDs, 64 KiB in the P5316 QLC.
+    pub iu_bytes: u32,
+    /// Over-provisioning of the dense (non-SLC) area: (physical - logical) / logical, percent.
+    pub over_provisioning_percent: f64,
+    /// Commands the host interface works on at once; later ones wait for a slot.
+    pub queue_depth: u32,
+    /// Host link bandwidth in MB/s (PCIe); 0 means instantaneous transfer.
+    pub host_mb_per_s: f64,
+    /// Fixed controller time per command.
+    pub command_ns: u64,
+    /// DRAM write-buffer size; 0 writes through to NAND.
+    pub buffer_bytes: u64,
+    pub buffer_policy: BufferPolicy,
+    /// Write-back (in replacement-policy order) keeps the units not yet being written back
+    /// below this percentage of the buffer; the rest of the buffer holds units whose programs
+    /// are in flight. A host write waits only when the whole buffer is occupied.
+    pub buffer_flush_percent: u8,
+    /// Power-loss protection: the buffer is written to NAND on power loss, so a crash loses
+    /// nothing that was acknowledged.
+    pub plp: bool,
+    pub gc_policy: GcPolicy,
+    /// Foreground GC: when a line must be opened and at most this many free dense lines are
+    /// left, GC runs first and the triggering write waits for it.
+    pub gc_foreground_free_lines: u32,
+    /// Background GC: when a command arrives at an idle device with at most this many free
+    /// dense lines, one line is collected in the idle time.
+    pub gc_background_free_lines: u32,
+    /// SLC cache size (data capacity of the blocks run in SLC mode); 0 disables it.
+    pub slc_cache_bytes: u64,
+    pub slc_evictor: EvictorPolicy,
+    /// The evictor frees an SLC line when at most this many free SLC lines are left.
+    pub slc_evict_free_lines: u32,
+    /// `factor` of the transient-aware score (ScalaAFA sets it to 1).
+    pub slc_transient_factor: f64,
+    /// Host metadata bytes stored in OOB with each logical block (0: none).
+    pub md_bytes: u32,
+}
+
+impl Default for Firmware {
+    fn default() -> Self {
+        Firmware {
+            block_bytes: 4096,
+            iu_bytes: 4096,
+            over_provisioning_percent: 25.0,
+            queue_depth: 64,
+            host_mb_per_s: 0.0,
+            command_ns: 0,
+            buffer_bytes: 256 * 1024,
+            buffer_policy: BufferPolicy::Lru,
+            buffer_flush_percent: 50,
+            plp: false,
+            gc_policy: GcPolicy::Greedy,
+            gc_foreground_free_lines: 2,
+            gc_background_free_lines: 4,
+            slc_cache_bytes: 0,
+            slc_evictor: EvictorPolicy::Fifo,
+            slc_evict_free_lines: 1,
+            slc_transient_factor: 1.0,
+            md_bytes: 16,
+        }
+    }
+}
+
+/// An emulated SSD.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SsdConfig {
+    /// The preset this configuration started from (informational once resolved).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub payload: PayloadMode,
+    pub timing: Timing,
+    pub geometry: Geometry,
+    pub nand: Nand,
+    pub firmware: Firmware,
+    /// Where each number comes from: key path -> citation.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: BTreeMap<String, String>,
+}
+
+impl Default for SsdConfig {
+    fn default() -> Self {
+        SsdConfig {
+            preset: None,
+            name: None,
+            payload: PayloadMode::Full,
+            timing: Timing::Paced,
+            geometry: Geometry::default(),
+            nand: Nand::default(),
+            firmware: Firmware::default(),
+            sources: BTreeMap::new(),
+        }
+    }
+}
+
+/// The presets compiled into flashrig: (name, TOML text).
+pub const PRESETS: &[(&str, &str)] = &[
+    ("tiny", include_str!("../../../configs/presets/ssd/tiny.toml")),
+    ("tiny-slc", include_str!("../../../configs/presets/ssd/tiny-slc.toml")),
+    ("tiny-qlc", include_str!("../../../configs/presets/ssd/tiny-qlc.toml")),
+    ("scalaafa-femu", include_str!("../../../configs/presets/ssd/scalaafa-femu.toml")),
+    ("samsung-980pro", include_str!("../../../configs/presets/ssd/samsung-980pro.toml")),
+    ("micron-waflash", include_str!("../../../configs/presets/ssd/micron-waflash.toml")),
+    ("p5800x", include_str!("../../../configs/presets/ssd/p5800x.toml")),
+    ("p5316-qlc", include_str!("../../../configs/presets/ssd/p5316-qlc.toml")),
+    ("qlc-femu", include_str!("../../../configs/presets/ssd/qlc-femu.toml")),
+];
+
+/// The names of the compiled-in presets.
+pub fn preset_names() -> Vec<&'static str> {
+    PRESETS.iter().map(|(n, _)| *n).collect()
+}
+
+/// A preset's TOML table, or an error naming the known presets.
+pub fn preset_table(name: &str) -> Result<toml::Table, String> {
+    let text = PRESETS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t).ok_or_else(|| {
+        format!("unknown SSD preset \"{name}\"; known presets: {}", preset_names().join(", "))
+    })?;
+    text.parse::<toml::Table>().map_err(|e| format!("preset {name}: {e}"))
+}
+
+/// Merges `over` into `base` key by key (tables recursively, everything else replaced).
+pub fn merge_tables(base: &mut toml::Table, over: &toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge_tables(b, o),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+impl SsdConfig {
+    /// Builds a configuration from a TOML table that may name a `preset`: the preset's table
+    /// first, then the keys given here over it.
+    pub fn resolve(table: &toml::Table) -> Result<SsdConfig, String> {
+        let mut merged = match table.get("preset") {
+            Some(toml::Value::String(p)) => preset_table(p)?,
+            Some(other) => return Err(format!("preset = {other}: expected a preset name")),
+            None => toml::Table::new(),
+        };
+        merge_tables(&mut merged, table);
+        let cfg: SsdConfig = merged.try_into().map_err(|e: toml::de::Error| e.to_string())?;
+        Ok(cfg)
+    }
+
+    /// A preset with nothing overridden.
+    pub fn preset(name: &str) -> Result<SsdConfig, String> {
+        let mut t = toml::Table::new();
+        t.insert("preset".into(), toml::Value::String(name.into()));
+        SsdConfig::resolve(&t)
+    }
+
+    /// Checks every relation the firmware relies on; the message names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        let g = &self.geometry;
+        let n = &self.nand;
+        let f = &self.firmware;
+        for (key, v) in [
+            ("geometry.channels", g.channels),
+            ("geometry.chips_per_channel", g.chips_per_channel),
+            ("geometry.dies_per_chip", g.dies_per_chip),
+            ("geometry.planes_per_die", g.planes_per_die),
+            ("geometry.blocks_per_plane", g.blocks_per_plane),
+            ("geometry.pages_per_block", g.pages_per_block),
+            ("firmware.queue_depth", f.queue_depth),
+        ] {
+            if v == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
+        }
+        if g.planes() > 1 << 16 {
+            return Err(format!("geometry: {} planes is more than 65536", g.planes()));
+        }
+        for (key, v) in [("geometry.page_bytes", g.page_bytes), ("firmware.iu_bytes", f.iu_bytes)] {
+            if !v.is_power_of_two() || !(512..=1 << 20).contains(&v) {
+                return Err(format!("{key} = {v}: must be a power of two from 512 to 1 MiB"));
+            }
+        }
+        if f.block_bytes != 512 && f.block_bytes != 4096 {
+            return Err(format!("firmware.block_bytes = {}: must be 512 or 4096", f.block_bytes));
+        }
+        if f.iu_bytes < f.block_bytes {
+            return Err(format!(
+                "firmware.iu_bytes = {} is smaller than firmware.block_bytes = {}",
+                f.iu_bytes, f.block_bytes
+            ));
+        }
+        if f.iu_bytes / f.block_bytes > 128 {
+            return Err(format!(
+                "firmware.iu_bytes / firmware.block_bytes = {} blocks: at most 128 blocks per \
+                 mapping unit are supported",
+                f.iu_bytes / f.block_bytes
+            ));
+        }
+        let bits = n.cell.bits();
+        if !g.pages_per_block.is_multiple_of(bits) {
+            return Err(format!(
+                "geometry.pages_per_block = {} is not a multiple of {bits} (bits per {} cell)",
+                g.pages_per_block,
+                n.cell.name()
+            ));
+        }
+        if f.iu_bytes > g.page_bytes {
+            let pages = f.iu_bytes / g.page_bytes;
+            if !(g.planes() * (g.pages_per_block / bits)).is_multiple_of(pages) {
+                return Err(format!(
+                    "firmware.iu_bytes = {} spans {pages} pages, which must divide the pages of \
+                     an SLC-mode line ({} planes x {} pages)",
+                    f.iu_bytes,
+                    g.planes(),
+                    g.pages_per_block / bits
+                ));
+            }
+        }
+        for (key, list) in [("nand.read_ns", &n.read_ns), ("nand.program_ns", &n.program_ns)] {
+            if list.len() != bits as usize {
+                return Err(format!(
+                    "{key} has {} entries; a {} cell has {bits} page types",
+                    list.len(),
+                    n.cell.name()
+                ));
+            }
+        }
+        if !(n.channel_mb_per_s > 0.0 && n.channel_mb_per_s.is_finite()) {
+            return Err(format!(
+                "nand.channel_mb_per_s = {}: must be positive",
+                n.channel_mb_per_s
+            ));
+        }
+        if !(f.host_mb_per_s >= 0.0 && f.host_mb_per_s.is_finite()) {
+            return Err(format!("firmware.host_mb_per_s = {}: must be 0 or more", f.host_mb_per_s));
+        }
+        if !(0.5..=400.0).contains(&f.over_provisioning_percent) {
+            return Err(format!(
+                "firmware.over_provisioning_percent = {}: must be from 0.5 to 400",
+                f.over_provisioning_percent
+            ));
+        }
+        if !(1..=100).contains(&f.buffer_flush_percent) {
+            return Err(format!(
+                "firmware.buffer_flush_percent = {}: must be from 1 to 100",
+                f.buffer_flush_percent
+            ));
+        }
+        if f.md_bytes > 0 && f.md_bytes < 16 {
+            return Err(format!(
+                "firmware.md_bytes = {}: host metadata is 0 or at least 16 bytes per block",
+                f.md_bytes
+            ));
+        }
+        if f.gc_foreground_free_lines < 1 {
+            return Err("firmware.gc_foreground_free_lines must be at least 1".into());
+        }
+        if f.gc_background_free_lines < f.gc_foreground_free_lines {
+            return Err(format!(
+                "firmware.gc_background_free_lines = {} is below gc_foreground_free_lines = {}",
+                f.gc_background_free_lines, f.gc_foreground_free_lines
+            ));
+        }
+        if !(f.slc_transient_factor.is_finite() && f.slc_transient_factor >= 0.0) {
+            return Err("firmware.slc_transient_factor must be 0 or more".into());
+        }
+        // OOB budget: each mapping unit in a page keeps its logical number (4 bytes), its write
+        // sequence number (8), a flag byte, and the host metadata of its blocks.
+        let slots_per_page = (g.page_bytes / f.iu_bytes).max(1);
+        let blocks_per_iu = f.iu_bytes / f.block_bytes;
+        let per_slot = crate::media::OOB_FTL_BYTES_PER_SLOT
+            + f.md_bytes * blocks_per_iu / (f.iu_bytes / g.page_bytes).max(1);
+        if slots_per_page * per_slot > g.oob_bytes_per_page {
+            return Err(format!(
+                "geometry.oob_bytes_per_page = {}: a page holds {slots_per_page} mapping unit(s) \
+                 needing {per_slot} OOB bytes each (reverse map {} + host metadata); raise it \
+                 or lower firmware.md_bytes",
+                g.oob_bytes_per_page,
+                crate::media::OOB_FTL_BYTES_PER_SLOT
+            ));
+        }
+        crate::media::Layout::new(self).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_parses_and_validates() {
+        for name in preset_names() {
+            let cfg = SsdConfig::preset(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            cfg.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(!cfg.sources.is_empty(), "preset {name} cites no sources");
+        }
+    }
+
+    #[test]
+    fn overrides_replace_preset_keys() {
+        let t: toml::Table =
+            "preset = \"tiny\"\n[firmware]\nover_provisioning_percent = 50.0\n".parse().unwrap();
+        let cfg = SsdConfig::resolve(&t).unwrap();
+        assert_eq!(cfg.firmware.over_provisioning_percent, 50.0);
+        let tiny = SsdConfig::preset("tiny").unwrap();
+        assert_eq!(cfg.geometry, tiny.geometry);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let mut cfg = SsdConfig::preset("tiny").unwrap();
+        cfg.nand.read_ns.pop();
+        assert!(cfg.validate().unwrap_err().contains("nand.read_ns"));
+        let mut cfg = SsdConfig::preset("tiny").unwrap();
+        cfg.firmware.iu_bytes = 3000;
+        assert!(cfg.validate().unwrap_err().contains("firmware.iu_bytes"));
+        let t: toml::Table = "preset = \"nope\"".parse().unwrap();
+        assert!(SsdConfig::resolve(&t).unwrap_err().contains("known presets"));
+        let t: toml::Table = "[geometry]\nchanels = 3".parse().unwrap();
+        assert!(SsdConfig::resolve(&t).unwrap_err().contains("chanels"));
+    }
+}

@@ -1,0 +1,237 @@
+//! The emulated SSD as a block device.
+//!
+//! The controller sits behind one lock (an SSD's firmware handles commands in order); a
+//! command does its bookkeeping under the lock, learns when it completes, and then waits on
+//! the runtime's clock until that time (always in simulation; in `paced` timing on the real
+//! runtime). A power loss bumps the device's epoch: commands submitted before it that had not
+//! completed fail with `DeviceFailed`, as a host would see them time out.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use flashrig_blockdev::{
+    check_io, check_range, BlockDevice, DevError, DevResult, DeviceInfo, WriteHints,
+};
+use flashrig_metrics::Registry;
+use flashrig_runtime::{now_ns, runtime_kind, sleep_until_ns, RuntimeKind};
+use parking_lot::Mutex;
+
+use crate::config::{CellType, PayloadMode, SsdConfig, Timing};
+use crate::firmware::ftl::RecoveryStep;
+use crate::firmware::Controller;
+
+struct State {
+    ctl: Controller,
+    powered: bool,
+}
+
+pub struct Ssd {
+    info: DeviceInfo,
+    cfg: SsdConfig,
+    state: Mutex<State>,
+    /// Power losses so far; a command that sees it change while it waits has failed. Kept
+    /// outside the lock so completing a command does not take it again.
+    epoch: AtomicU64,
+    metrics: Arc<Registry>,
+}
+
+/// What a power cycle did, step by step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub steps: Vec<RecoveryStep>,
+}
+
+impl Ssd {
+    /// Builds an SSD from a validated configuration; `name` names it in reports.
+    pub fn new(name: &str, cfg: &SsdConfig) -> Result<Ssd, String> {
+        let ctl = Controller::new(cfg)?;
+        let mut info =
+            DeviceInfo::new(name, cfg.firmware.block_bytes, ctl.layout.num_blocks).with_md_bytes(
+                if cfg.payload == PayloadMode::None { 0 } else { cfg.firmware.md_bytes },
+            );
+        info.caps.fua = true;
+        info.caps.write_hints = true;
+        // Host metadata is programmed in the same operation as its data.
+        info.caps.md_atomic = true;
+        info.optimal_io_blocks = (cfg.firmware.iu_bytes / cfg.firmware.block_bytes).max(1);
+        Ok(Ssd {
+            info,
+            cfg: cfg.clone(),
+            state: Mutex::new(State { ctl, powered: true }),
+            epoch: AtomicU64::new(0),
+            metrics: Registry::new(name),
+        })
+    }
+
+    pub fn config(&self) -> &SsdConfig {
+        &self.cfg
+    }
+
+    /// Cuts power now: volatile state is lost and commands in flight fail.
+    pub fn power_fail(&self) -> RecoveryStep {
+        let mut st = self.state.lock();
+        st.powered = false;
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        let t = if flashrig_runtime::in_runtime() { now_ns() } else { 0 };
+        st.ctl.power_loss(t)
+    }
+
+    /// Restores power: rebuilds the FTL from the media; commands are accepted again.
+    pub fn power_on(&self) -> RecoveryReport {
+        let mut st = self.state.lock();
+        let t = if flashrig_runtime::in_runtime() { now_ns() } else { 0 };
+        let steps = st.ctl.recover(t);
+        st.powered = true;
+        RecoveryReport { steps }
+    }
+
+    /// Power loss followed by recovery.
+    pub fn power_cycle(&self) -> RecoveryReport {
+        let first = self.power_fail();
+        let mut r = self.power_on();
+        r.steps.insert(0, first);
+        r
+    }
+
+    /// Runs `f` on the controller (for tests and reports).
+    pub fn with_controller<T>(&self, f: impl FnOnce(&mut Controller) -> T) -> T {
+        f(&mut self.state.lock().ctl)
+    }
+
+    /// Submits a command to the controller and returns its completion time and epoch.
+    fn submit(
+        &self,
+        f: impl FnOnce(&mut Controller, u64) -> DevResult<u64>,
+    ) -> DevResult<(u64, u64)> {
+        let mut st = self.state.lock();
+        if !st.powered {
+            return Err(DevError::DeviceFailed { name: self.info.name.clone() });
+        }
+        let t = now_ns();
+        let done = f(&mut st.ctl, t)?;
+        Ok((done, self.epoch.load(Ordering::SeqCst)))
+    }
+
+    async fn complete(&self, (done_ns, epoch): (u64, u64)) -> DevResult<()> {
+        let pace = self.cfg.timing == Timing::Paced || runtime_kind() == Some(RuntimeKind::Sim);
+        if pace && done_ns > now_ns() {
+            sleep_until_ns(done_ns).await;
+        }
+        if self.epoch.load(Ordering::SeqCst) != epoch {
+            return Err(DevError::DeviceFailed { name: self.info.name.clone() });
+        }
+        Ok(())
+    }
+
+    /// Copies the controller's counters into the metrics registry.
+    fn publish(&self) {
+        let st = self.state.lock();
+        let c = &st.ctl.counters;
+        let f = st.ctl.ftl.counters();
+        let n = &st.ctl.ftl.timer().counters;
+        let layout = &st.ctl.layout;
+        let r = &self.metrics;
+        let set = |name: &str, v: u64| r.counter(name).set(v);
+        set("host_read_cmds", c.read_cmds);
+        set("host_write_cmds", c.write_cmds);
+        set("host_read_bytes", c.read_bytes);
+        set("host_write_bytes", c.write_bytes);
+        set("host_flushes", c.flushes);
+        set("host_trims", c.trims);
+        set("host_trim_bytes", c.trim_bytes);
+        set("host_fua_writes", c.fua_writes);
+        set("buffer_read_hits", c.buffer_read_hits);
+        set("buffer_partial_read_hits", c.buffer_partial_read_hits);
+        set("buffer_write_hits", c.buffer_write_hits);
+        set("buffer_writebacks", c.buffer_writebacks);
+        set("buffer_waits", c.buffer_waits);
+        set("rmw_reads", c.rmw_reads);
+        set("power_losses", c.power_losses);
+        set("ftl_host_units", f.host_slots);
+        set("gc_copies", f.gc_copies);
+        set("gc_lines", f.gc_lines);
+        set("gc_background_lines", f.gc_background_lines);
+        set("slc_evictions", f.slc_evictions);
+        set("slc_evicted_lines", f.slc_evicted_lines);
+        set("pad_units", f.pad_slots);
+        set("oob_mismatches", f.oob_mismatches);
+        set("block_erases", n.block_erases);
+        set("nand_read_bytes", n.read_bytes);
+        set("nand_program_bytes", n.program_bytes);
+        for cell in CellType::ALL {
+            set(&format!("nand_page_reads_{}", cell.name()), n.page_reads[cell as usize]);
+            set(&format!("nand_page_programs_{}", cell.name()), n.page_programs[cell as usize]);
+        }
+        let iu = layout.iu_bytes as f64;
+        let host_units = f.host_slots as f64;
+        let all_units = (f.host_slots + f.gc_copies + f.slc_evictions + f.pad_slots) as f64;
+        if c.write_bytes > 0 {
+            // Device level: mapping units programmed for the host per byte the host wrote
+            // (a 4 KiB write into a 64 KiB unit programs 64 KiB).
+            r.set_value("waf_device", host_units * iu / c.write_bytes as f64);
+            r.set_value("waf_total", n.program_bytes as f64 / c.write_bytes as f64);
+        }
+        if f.host_slots > 0 {
+            // NAND level: everything programmed per unit the host's writes produced.
+            r.set_value("waf_nand", all_units / host_units);
+        }
+        let mut erases = st.ctl.ftl.block_erase_counts();
+        erases.sort_unstable();
+        if let (Some(&min), Some(&max)) = (erases.first(), erases.last()) {
+            let mean = erases.iter().map(|&e| e as f64).sum::<f64>() / erases.len() as f64;
+            r.set_value("erase_count_min", min as f64);
+            r.set_value("erase_count_mean", mean);
+            r.set_value("erase_count_p99", erases[(erases.len() - 1) * 99 / 100] as f64);
+            r.set_value("erase_count_max", max as f64);
+        }
+    }
+}
+
+#[async_trait(?Send)]
+impl BlockDevice for Ssd {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn kind(&self) -> &'static str {
+        "ssd"
+    }
+
+    fn metrics(&self) -> Option<Arc<Registry>> {
+        self.publish();
+        Some(self.metrics.clone())
+    }
+
+    async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
+        check_io(&self.info, lba, buf.len(), md.as_ref().map(|m| m.len()))?;
+        let sub = self.submit(|c, t| c.read(t, lba, buf, md))?;
+        self.complete(sub).await
+    }
+
+    async fn write(
+        &self,
+        lba: u64,
+        data: &[u8],
+        md: Option<&[u8]>,
+        hints: WriteHints,
+    ) -> DevResult<()> {
+        check_io(&self.info, lba, data.len(), md.map(|m| m.len()))?;
+        let sub = self.submit(|c, t| c.write(t, lba, data, md, hints))?;
+        self.complete(sub).await
+    }
+
+    async fn flush(&self) -> DevResult<()> {
+        let sub = self.submit(|c, t| c.flush(t))?;
+        self.complete(sub).await
+    }
+
+    async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
+        check_range(&self.info, lba, num_blocks)?;
+        if num_blocks == 0 {
+            return Ok(());
+        }
+        let sub = self.submit(|c, t| c.trim(t, lba, num_blocks))?;
+        self.complete(sub).await
+    }
+}

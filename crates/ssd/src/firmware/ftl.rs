@@ -1,0 +1,485 @@
+//! The flash translation layer: the [`Ftl`] interface the controller talks to, and the
+//! page-mapping FTL ([`PageMap`]) that implements it.
+//!
+//! `PageMap` keeps a logical-to-physical table of mapping units (L2P, volatile DRAM), writes
+//! out of place into open lines (one per stream: host writes to the SLC cache or the dense
+//! area, relocations by GC and SLC eviction), and stamps every slot's OOB with its logical
+//! number and the sequence number of the write that produced it, which is what recovery
+//! ([`super::recover`]) rebuilds the table from. Garbage collection lives in [`super::gc`],
+//! SLC eviction in [`super::slc`].
+
+use std::collections::VecDeque;
+
+use flashrig_blockdev::{DevError, DevResult};
+use rustc_hash::FxHashMap;
+
+use super::gc::VictimPolicy;
+use super::slc::Evictor;
+use crate::config::SsdConfig;
+use crate::media::store::{IuImage, LineStore, Shape, FLAG_TRANSIENT};
+use crate::media::{Layout, NandTimer};
+
+/// A mapping unit to program.
+#[derive(Clone, Debug)]
+pub struct IuWrite {
+    pub lpn: u32,
+    pub seq: u64,
+    pub flags: u8,
+    pub img: IuImage,
+}
+
+/// One step of recovery, as logged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryStep {
+    pub name: &'static str,
+    pub detail: String,
+}
+
+/// FTL counters (slots are mapping units).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FtlCounters {
+    pub host_slots: u64,
+    pub gc_copies: u64,
+    pub slc_evictions: u64,
+    pub pad_slots: u64,
+    pub gc_lines: u64,
+    pub gc_background_lines: u64,
+    pub slc_evicted_lines: u64,
+    pub slot_reads: u64,
+    pub oob_mismatches: u64,
+}
+
+/// The interface between the controller and a mapping scheme. The page map implements it;
+/// later mappings (WAFLASH's multi-version FTL, WOM-v coding, zoned) implement it beside.
+pub trait Ftl: Send {
+    fn layout(&self) -> &Layout;
+    /// A fresh write sequence number (also orders trims).
+    fn next_seq(&mut self) -> u64;
+    fn is_mapped(&self, lpn: u32) -> bool;
+    /// Reads a unit issued at `t_ns`: its content (`None` when unmapped) and when it is ready.
+    fn read_iu(&mut self, t_ns: u64, lpn: u32) -> DevResult<(Option<IuImage>, u64)>;
+    /// Programs host units issued at `t_ns` (grouped into pages by the FTL), leaving `ius`
+    /// empty; returns when the last program is done.
+    fn program(&mut self, t_ns: u64, ius: &mut Vec<IuWrite>) -> DevResult<u64>;
+    /// Unmaps a unit; durable at once.
+    fn trim(&mut self, lpn: u32, seq: u64);
+    /// Work the device does when idle at `t_ns` (background GC).
+    fn background(&mut self, t_ns: u64) -> DevResult<()>;
+    /// Power loss: forget what is volatile (the L2P table, open lines, queued timing).
+    fn power_loss(&mut self);
+    /// Rebuilds the volatile state from the media at power-on.
+    fn recover(&mut self, t_ns: u64) -> Vec<RecoveryStep>;
+    fn counters(&self) -> FtlCounters;
+    fn timer(&self) -> &NandTimer;
+    /// Erase count of every physical block.
+    fn block_erase_counts(&self) -> Vec<u32>;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineState {
+    Free,
+    Open,
+    Closed,
+}
+
+pub struct Line {
+    pub state: LineState,
+    pub slc: bool,
+    /// Next slot to program.
+    pub wp: u32,
+    /// Slots whose unit is still mapped here.
+    pub valid: u32,
+    /// Valid slots written with the transient hint.
+    pub transient: u32,
+    /// When the line was closed (a sequence number), for FIFO victim choice.
+    pub closed_seq: u64,
+    pub erase_count: u32,
+    pub store: Option<Box<LineStore>>,
+}
+
+/// Open-line streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    HostSlc = 0,
+    HostDense = 1,
+    /// Units moved by GC and SLC eviction.
+    Relocate = 2,
+}
+
+const L2P_CHUNK: usize = 1 << 16;
+const UNMAPPED: u32 = u32::MAX;
+
+pub struct PageMap {
+    pub(super) layout: Layout,
+    pub(super) shape: Shape,
+    pub(super) timer: NandTimer,
+    pub(super) lines: Vec<Line>,
+    /// L2P in chunks allocated on first use, so a large device costs memory only where
+    /// written.
+    l2p: Vec<Option<Box<[u32]>>>,
+    pub(super) free_dense: VecDeque<u32>,
+    pub(super) free_slc: VecDeque<u32>,
+    pub(super) open: [Option<u32>; 3],
+    /// Durable trim records: unit -> sequence number of its newest trim not yet superseded
+    /// by a programmed write. Kept in a reserved system area (not modelled as NAND capacity).
+    pub(super) trims: FxHashMap<u32, u64>,
+    pub(super) seq: u64,
+    pub(super) gc_policy: Box<dyn VictimPolicy>,
+    pub(super) evictor: Box<dyn Evictor>,
+    pub(super) gc_fg_free: u32,
+    pub(super) gc_bg_free: u32,
+    pub(super) slc_evict_free: u32,
+    /// GC is running (its own allocations must not start another GC).
+    pub(super) in_gc: bool,
+    /// Scratch buffers of relocation, reused so collecting a line does not allocate.
+    pub(super) reloc_slots: Vec<u32>,
+    pub(super) reloc_ius: Vec<IuWrite>,
+    pub(super) counters: FtlCounters,
+}
+
+impl PageMap {
+    pub fn new(cfg: &SsdConfig, layout: Layout, shape: Shape) -> PageMap {
+        let f = &cfg.firmware;
+        let lines = (0..layout.lines)
+            .map(|l| Line {
+                state: LineState::Free,
+                slc: l < layout.slc_lines,
+                wp: 0,
+                valid: 0,
+                transient: 0,
+                closed_seq: 0,
+                erase_count: 0,
+                store: None,
+            })
+            .collect();
+        let chunks = (layout.logical_ius as usize).div_ceil(L2P_CHUNK);
+        PageMap {
+            timer: NandTimer::new(&cfg.nand, layout.channels, layout.planes),
+            lines,
+            l2p: (0..chunks).map(|_| None).collect(),
+            free_slc: (0..layout.slc_lines).collect(),
+            free_dense: (layout.slc_lines..layout.lines).collect(),
+            open: [None; 3],
+            trims: FxHashMap::default(),
+            seq: 1,
+            gc_policy: super::gc::policy(f.gc_policy),
+            evictor: super::slc::evictor(f.slc_evictor, f.slc_transient_factor),
+            gc_fg_free: f.gc_foreground_free_lines,
+            gc_bg_free: f.gc_background_free_lines,
+            slc_evict_free: f.slc_evict_free_lines,
+            in_gc: false,
+            reloc_slots: Vec::new(),
+            reloc_ius: Vec::new(),
+            counters: FtlCounters::default(),
+            layout,
+            shape,
+        }
+    }
+
+    pub(super) fn l2p_get(&self, lpn: u32) -> Option<u32> {
+        let c = self.l2p[lpn as usize / L2P_CHUNK].as_ref()?;
+        let p = c[lpn as usize % L2P_CHUNK];
+        (p != UNMAPPED).then_some(p)
+    }
+
+    pub(super) fn l2p_set(&mut self, lpn: u32, ppa: u32) {
+        let c = self.l2p[lpn as usize / L2P_CHUNK]
+            .get_or_insert_with(|| vec![UNMAPPED; L2P_CHUNK].into_boxed_slice());
+        c[lpn as usize % L2P_CHUNK] = ppa;
+    }
+
+    pub(super) fn l2p_clear_all(&mut self) {
+        self.l2p.iter_mut().for_each(|c| *c = None);
+    }
+
+    /// Drops the mapping of `lpn`, invalidating its slot.
+    fn unmap(&mut self, lpn: u32) {
+        if let Some(old) = self.l2p_get(lpn) {
+            self.invalidate(old);
+            let c = self.l2p[lpn as usize / L2P_CHUNK].as_mut().expect("mapped chunk exists");
+            c[lpn as usize % L2P_CHUNK] = UNMAPPED;
+        }
+    }
+
+    fn invalidate(&mut self, ppa: u32) {
+        let (l, s) = self.layout.split_ppa(ppa);
+        let line = &mut self.lines[l as usize];
+        line.valid -= 1;
+        let st = line.store.as_mut().expect("a mapped slot's line has a store");
+        st.set_valid(s, false);
+        if st.flags[s as usize] & FLAG_TRANSIENT != 0 {
+            line.transient -= 1;
+        }
+    }
+
+    /// Slots one program operation fills in a line: a page's worth of units, or one unit
+    /// spanning pages.
+    fn slots_per_program(&self) -> u32 {
+        self.layout.slots_per_page
+    }
+
+    /// The open line of `stream` with room for one program, opening a new one (and running
+    /// GC or SLC eviction first when free lines are short) if needed.
+    fn line_for(&mut self, t_ns: u64, stream: Stream) -> DevResult<u32> {
+        let slc = stream == Stream::HostSlc;
+        loop {
+            if let Some(l) = self.open[stream as usize] {
+                let line = &self.lines[l as usize];
+                if line.wp + self.slots_per_program() <= self.layout.slots_per_line(line.slc) {
+                    return Ok(l);
+                }
+                self.close_line(l);
+                self.open[stream as usize] = None;
+            }
+            if slc {
+                while self.free_slc.len() as u32 <= self.slc_evict_free {
+                    if !self.evict_one(t_ns)? {
+                        break;
+                    }
+                }
+            } else if !self.in_gc {
+                while self.free_dense.len() as u32 <= self.gc_fg_free {
+                    if !self.collect_one(t_ns, false)? {
+                        break;
+                    }
+                }
+            }
+            // GC relocates through the relocation stream and may have opened a line for it
+            // meanwhile; use that one rather than leaving it half written.
+            if self.open[stream as usize].is_none() {
+                break;
+            }
+        }
+        let free = if slc { &mut self.free_slc } else { &mut self.free_dense };
+        let l = free.pop_front().ok_or_else(|| {
+            DevError::NoSpace(format!(
+                "no free {} line left and garbage collection found nothing to reclaim",
+                if slc { "SLC" } else { "dense" }
+            ))
+        })?;
+        let slots = self.layout.slots_per_line(slc);
+        let line = &mut self.lines[l as usize];
+        line.state = LineState::Open;
+        line.wp = 0;
+        line.valid = 0;
+        line.transient = 0;
+        line.store = Some(Box::new(LineStore::new(self.shape, slots)));
+        self.open[stream as usize] = Some(l);
+        Ok(l)
+    }
+
+    fn close_line(&mut self, l: u32) {
+        self.seq += 1;
+        let line = &mut self.lines[l as usize];
+        line.state = LineState::Closed;
+        line.closed_seq = self.seq;
+    }
+
+    /// Programs units into `stream`, a page (or a unit spanning pages) at a time, padding a
+    /// page that `ius` does not fill. Relocated units keep their sequence numbers.
+    pub(super) fn program_stream(
+        &mut self,
+        t_ns: u64,
+        stream: Stream,
+        ius: impl Iterator<Item = IuWrite>,
+    ) -> DevResult<u64> {
+        let per = self.slots_per_program() as usize;
+        let mut done = t_ns;
+        let mut it = ius.peekable();
+        while it.peek().is_some() {
+            let l = self.line_for(t_ns, stream)?;
+            let slc = self.lines[l as usize].slc;
+            let wp = self.lines[l as usize].wp;
+            // Timing: each page of this program.
+            let (first_page, pages) = self.layout.slot_pages(wp);
+            let page_bytes = self.layout.page_bytes;
+            for p in first_page..first_page + pages {
+                let a = self.layout.page_addr(p);
+                let ty = self.layout.page_type(&a, slc);
+                done = done.max(self.timer.program(t_ns, a.channel, a.plane, ty, slc, page_bytes));
+            }
+            // Contents and mapping.
+            for k in 0..per as u32 {
+                let slot = wp + k;
+                let ppa = self.layout.ppa(l, slot);
+                match it.next() {
+                    Some(w) => {
+                        let relocating = stream == Stream::Relocate;
+                        if !relocating {
+                            self.unmap(w.lpn);
+                            if !self.trims.is_empty()
+                                && self.trims.get(&w.lpn).is_some_and(|&ts| ts < w.seq)
+                            {
+                                self.trims.remove(&w.lpn);
+                            }
+                            self.counters.host_slots += 1;
+                        } else if let Some(old) = self.l2p_get(w.lpn) {
+                            self.invalidate(old);
+                        }
+                        let line = &mut self.lines[l as usize];
+                        let st = line.store.as_mut().expect("open line has a store");
+                        st.put(slot, w.lpn, w.seq, w.flags, &w.img);
+                        st.set_valid(slot, true);
+                        line.valid += 1;
+                        if w.flags & FLAG_TRANSIENT != 0 {
+                            line.transient += 1;
+                        }
+                        self.l2p_set(w.lpn, ppa);
+                    }
+                    None => self.counters.pad_slots += 1,
+                }
+            }
+            self.lines[l as usize].wp = wp + per as u32;
+        }
+        Ok(done)
+    }
+
+    /// Reads the units in `slots` of `line` (valid slots, in slot order) for relocation into
+    /// `out`, sensing each page once; returns when the last is off the channel.
+    pub(super) fn read_for_relocation(
+        &mut self,
+        t_ns: u64,
+        line: u32,
+        slots: &[u32],
+        out: &mut Vec<IuWrite>,
+    ) -> u64 {
+        let slc = self.lines[line as usize].slc;
+        let mut done = t_ns;
+        let mut last_page = u32::MAX;
+        for &s in slots {
+            let (first, pages) = self.layout.slot_pages(s);
+            if first != last_page {
+                last_page = first;
+                for p in first..first + pages {
+                    let a = self.layout.page_addr(p);
+                    let ty = self.layout.page_type(&a, slc);
+                    let bytes = self.layout.iu_bytes.min(self.layout.page_bytes);
+                    done = done.max(self.timer.read(t_ns, a.channel, a.plane, ty, slc, bytes));
+                }
+            }
+            let st = self.lines[line as usize].store.as_ref().expect("closed line has a store");
+            out.push(IuWrite {
+                lpn: st.lpn[s as usize],
+                seq: st.seq[s as usize],
+                flags: st.flags[s as usize],
+                img: st.get(s),
+            });
+        }
+        done
+    }
+
+    /// The slots of `line` whose unit is still mapped there, appended to `out` in order.
+    pub(super) fn valid_slots(&self, line: u32, out: &mut Vec<u32>) {
+        let Some(st) = self.lines[line as usize].store.as_ref() else { return };
+        for (w, &bits) in st.valid_bits.iter().enumerate() {
+            let mut b = bits;
+            while b != 0 {
+                out.push(w as u32 * 64 + b.trailing_zeros());
+                b &= b - 1;
+            }
+        }
+    }
+
+    /// Erases every block of `line` at `t_ns` and returns it to its free list.
+    pub(super) fn erase_line(&mut self, t_ns: u64, line: u32) -> u64 {
+        let slc = self.lines[line as usize].slc;
+        let mut done = t_ns;
+        for plane in 0..self.layout.planes {
+            done = done.max(self.timer.erase(t_ns, plane, slc));
+        }
+        let l = &mut self.lines[line as usize];
+        debug_assert_eq!(l.valid, 0, "erasing a line with valid data");
+        l.state = LineState::Free;
+        l.store = None;
+        l.wp = 0;
+        l.valid = 0;
+        l.transient = 0;
+        l.erase_count += 1;
+        if slc {
+            self.free_slc.push_back(line);
+        } else {
+            self.free_dense.push_back(line);
+        }
+        done
+    }
+}
+
+impl Ftl for PageMap {
+    fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    fn is_mapped(&self, lpn: u32) -> bool {
+        self.l2p_get(lpn).is_some()
+    }
+
+    fn read_iu(&mut self, t_ns: u64, lpn: u32) -> DevResult<(Option<IuImage>, u64)> {
+        let Some(ppa) = self.l2p_get(lpn) else { return Ok((None, t_ns)) };
+        let (l, s) = self.layout.split_ppa(ppa);
+        let slc = self.lines[l as usize].slc;
+        let (first, pages) = self.layout.slot_pages(s);
+        let bytes = self.layout.iu_bytes.min(self.layout.page_bytes);
+        let mut done = t_ns;
+        for p in first..first + pages {
+            let a = self.layout.page_addr(p);
+            let ty = self.layout.page_type(&a, slc);
+            done = done.max(self.timer.read(t_ns, a.channel, a.plane, ty, slc, bytes));
+        }
+        self.counters.slot_reads += 1;
+        let st = self.lines[l as usize].store.as_ref().expect("mapped line has a store");
+        // The OOB names the unit stored in the slot; a mismatch means the mapping is wrong,
+        // and returning the bytes would hand the host another block's data.
+        if st.lpn[s as usize] != lpn {
+            self.counters.oob_mismatches += 1;
+            return Err(DevError::ReadMedia { lba: lpn as u64 * self.layout.blocks_per_iu as u64 });
+        }
+        Ok((Some(st.get(s)), done))
+    }
+
+    fn program(&mut self, t_ns: u64, ius: &mut Vec<IuWrite>) -> DevResult<u64> {
+        let stream = if self.layout.slc_lines > 0 { Stream::HostSlc } else { Stream::HostDense };
+        self.program_stream(t_ns, stream, ius.drain(..))
+    }
+
+    fn trim(&mut self, lpn: u32, seq: u64) {
+        self.unmap(lpn);
+        self.trims.insert(lpn, seq);
+    }
+
+    fn background(&mut self, t_ns: u64) -> DevResult<()> {
+        if self.free_dense.len() as u32 <= self.gc_bg_free && self.timer.idle_at(t_ns) {
+            self.collect_one(t_ns, true)?;
+        }
+        Ok(())
+    }
+
+    fn power_loss(&mut self) {
+        super::recover::power_loss(self);
+    }
+
+    fn recover(&mut self, t_ns: u64) -> Vec<RecoveryStep> {
+        super::recover::recover(self, t_ns)
+    }
+
+    fn counters(&self) -> FtlCounters {
+        self.counters.clone()
+    }
+
+    fn timer(&self) -> &NandTimer {
+        &self.timer
+    }
+
+    fn block_erase_counts(&self) -> Vec<u32> {
+        // All blocks of a line are erased together, so each has its line's count.
+        let mut v = Vec::with_capacity(self.lines.len() * self.layout.planes as usize);
+        for l in &self.lines {
+            v.extend(std::iter::repeat_n(l.erase_count, self.layout.planes as usize));
+        }
+        v
+    }
+}

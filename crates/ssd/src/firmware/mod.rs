@@ -1,0 +1,454 @@
+//! The SSD firmware: host interface -> write buffer -> FTL -> (SLC cache, GC) -> NAND.
+//!
+//! [`Controller`] handles one command at a time (the device serialises them) and computes,
+//! when a command is submitted, the time it completes: the NAND timelines, the submission
+//! queue, the host link and the buffer's occupancy all move forward as the command is
+//! processed. Effects on the media are applied at submission; see docs/ssd.md for what that
+//! means for crashes.
+//!
+//! One file per role: [`hostif`] (submission queue, host link), [`buffer`] (write buffer and
+//! its replacement policy), [`ftl`] (mapping), [`gc`] (victim choice, collection), [`slc`]
+//! (the SLC cache's evictor), [`recover`] (power loss and recovery).
+
+pub mod buffer;
+pub mod ftl;
+pub mod gc;
+pub mod hostif;
+pub mod recover;
+pub mod slc;
+
+use flashrig_blockdev::{DevResult, WriteHints};
+
+use self::buffer::{BufEntry, Lru, WriteBuffer};
+use self::ftl::{Ftl, IuWrite, PageMap, RecoveryStep};
+use self::hostif::{HostIf, Times};
+use crate::config::{BufferPolicy, SsdConfig};
+use crate::media::store::{IuImage, Shape, FLAG_TRANSIENT};
+use crate::media::Layout;
+
+/// Host-side counters of the controller.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostCounters {
+    pub read_cmds: u64,
+    pub write_cmds: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub flushes: u64,
+    pub trims: u64,
+    pub trim_bytes: u64,
+    pub fua_writes: u64,
+    /// Mapping units read entirely from the buffer.
+    pub buffer_read_hits: u64,
+    /// Mapping units read partly from the buffer, partly from NAND.
+    pub buffer_partial_read_hits: u64,
+    /// Writes merged into a unit already buffered.
+    pub buffer_write_hits: u64,
+    /// Units written back from the buffer.
+    pub buffer_writebacks: u64,
+    /// Writes that waited for buffer space.
+    pub buffer_waits: u64,
+    /// NAND reads of a unit's old version to complete a partial unit (read-modify-write).
+    pub rmw_reads: u64,
+    pub power_losses: u64,
+}
+
+/// One mapping unit's part of a request: the unit, the first block inside it, the number of
+/// blocks, and where they start in the request (in blocks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Piece {
+    lpn: u32,
+    first: u32,
+    count: u32,
+    offset: usize,
+}
+
+fn pieces(lba: u64, blocks: u64, bpi: u32) -> impl Iterator<Item = Piece> {
+    let bpi64 = bpi as u64;
+    let mut next = lba;
+    let end = lba + blocks;
+    std::iter::from_fn(move || {
+        if next >= end {
+            return None;
+        }
+        let lpn = next / bpi64;
+        let first = (next % bpi64) as u32;
+        let count = (bpi64 - first as u64).min(end - next) as u32;
+        let p = Piece { lpn: lpn as u32, first, count, offset: (next - lba) as usize };
+        next += count as u64;
+        Some(p)
+    })
+}
+
+fn mask(first: u32, count: u32) -> u128 {
+    let ones = if count >= 128 { u128::MAX } else { (1u128 << count) - 1 };
+    ones << first
+}
+
+pub struct Controller {
+    pub layout: Layout,
+    shape: Shape,
+    hostif: HostIf,
+    buffer: Box<dyn WriteBuffer>,
+    /// Buffer capacity in mapping units (0: write through).
+    buffer_cap: usize,
+    /// Resident units at which write-back starts.
+    flush_at: usize,
+    /// Space held by units being written back: when each program completes.
+    draining: Times,
+    /// The latest completion of any program issued so far (what a flush waits for).
+    last_program_done_ns: u64,
+    plp: bool,
+    /// Scratch: the units being written back, and their program requests (reused so the
+    /// write path does not allocate).
+    group: Vec<BufEntry>,
+    ius: Vec<IuWrite>,
+    pub ftl: Box<dyn Ftl>,
+    pub counters: HostCounters,
+}
+
+impl Controller {
+    pub fn new(cfg: &SsdConfig) -> Result<Controller, String> {
+        cfg.validate()?;
+        let layout = Layout::new(cfg)?;
+        let f = &cfg.firmware;
+        let shape = Shape {
+            mode: cfg.payload,
+            block_bytes: f.block_bytes as usize,
+            blocks_per_iu: layout.blocks_per_iu as usize,
+            md_bytes: f.md_bytes as usize,
+        };
+        let buffer_cap = (f.buffer_bytes / f.iu_bytes as u64) as usize;
+        let flush_at = (buffer_cap * f.buffer_flush_percent as usize).div_ceil(100).max(1);
+        let buffer: Box<dyn WriteBuffer> = match f.buffer_policy {
+            BufferPolicy::Lru => Box::new(Lru::new(buffer_cap)),
+        };
+        Ok(Controller {
+            hostif: HostIf::new(f.queue_depth, f.host_mb_per_s, f.command_ns),
+            buffer,
+            buffer_cap,
+            flush_at,
+            draining: Times::default(),
+            last_program_done_ns: 0,
+            plp: f.plp,
+            group: Vec::new(),
+            ius: Vec::new(),
+            ftl: Box::new(PageMap::new(cfg, layout.clone(), shape)),
+            counters: HostCounters::default(),
+            layout,
+            shape,
+        })
+    }
+
+    fn full_mask(&self) -> u128 {
+        mask(0, self.layout.blocks_per_iu)
+    }
+
+    fn block_bytes(&self) -> usize {
+        self.layout.block_bytes as usize
+    }
+
+    fn md_bytes(&self) -> usize {
+        self.shape.md_bytes
+    }
+
+    /// Writes `data` (whole blocks) at `lba`; returns when the command completes.
+    pub fn write(
+        &mut self,
+        t0: u64,
+        lba: u64,
+        data: &[u8],
+        md: Option<&[u8]>,
+        hints: WriteHints,
+    ) -> DevResult<u64> {
+        self.ftl.background(t0)?;
+        let t = self.hostif.admit(t0);
+        let t = self.hostif.to_device(t, data.len());
+        let bs = self.block_bytes();
+        let flags = if hints.transient { FLAG_TRANSIENT } else { 0 };
+        let fua = hints.fua && !self.plp;
+        let mut done = t;
+        for p in pieces(lba, (data.len() / bs) as u64, self.layout.blocks_per_iu) {
+            let d = &data[p.offset * bs..(p.offset + p.count as usize) * bs];
+            let m =
+                md.map(|m| &m[p.offset * self.md_bytes()..][..p.count as usize * self.md_bytes()]);
+            done = done.max(self.write_piece(t, p, d, m, flags, fua)?);
+        }
+        self.counters.write_cmds += 1;
+        self.counters.write_bytes += data.len() as u64;
+        if hints.fua {
+            self.counters.fua_writes += 1;
+        }
+        self.hostif.complete(done);
+        Ok(done)
+    }
+
+    fn write_piece(
+        &mut self,
+        t: u64,
+        p: Piece,
+        data: &[u8],
+        md: Option<&[u8]>,
+        flags: u8,
+        fua: bool,
+    ) -> DevResult<u64> {
+        let shape = self.shape;
+        let bs = self.block_bytes();
+        let mdb = self.md_bytes();
+        let seq = self.ftl.next_seq();
+        let put = |img: &mut IuImage| {
+            for i in 0..p.count as usize {
+                let m = md.map(|m| &m[i * mdb..(i + 1) * mdb]);
+                img.put_block(&shape, p.first as usize + i, &data[i * bs..(i + 1) * bs], m);
+            }
+        };
+        let bits = mask(p.first, p.count);
+        if self.buffer_cap == 0 {
+            let mut img = IuImage::zeroed(&shape);
+            put(&mut img);
+            let e = BufEntry { lpn: p.lpn, present: bits, seq, flags, img };
+            self.group.push(e);
+            return self.write_back(t);
+        }
+        let mut done = t;
+        if let Some(e) = self.buffer.touch(p.lpn) {
+            put(&mut e.img);
+            e.present |= bits;
+            e.seq = seq;
+            e.flags = flags;
+            self.counters.buffer_write_hits += 1;
+        } else {
+            done = done.max(self.make_room(t)?);
+            let mut img = IuImage::zeroed(&shape);
+            put(&mut img);
+            self.buffer.insert(BufEntry { lpn: p.lpn, present: bits, seq, flags, img });
+        }
+        if fua {
+            let e = self.buffer.remove(p.lpn).expect("just buffered");
+            self.group.push(e);
+            done = done.max(self.write_back(t)?);
+        }
+        Ok(done)
+    }
+
+    /// Makes room for one more unit in the buffer at `t`: starts write-back when occupancy
+    /// reaches the flush mark, and waits for space when the buffer is full. Returns when the
+    /// space is available.
+    fn make_room(&mut self, t: u64) -> DevResult<u64> {
+        self.draining.drop_until(t);
+        let per = self.layout.slots_per_page as usize;
+        // Units not yet being written back stay below the flush mark; the rest of the buffer
+        // holds units whose programs are in flight.
+        while !self.buffer.is_empty() && self.buffer.len() >= self.flush_at {
+            let n = self.take_victims(per);
+            let done = self.write_back(t)?;
+            for _ in 0..n {
+                self.draining.push(done);
+            }
+        }
+        if self.buffer.len() + self.draining.len() >= self.buffer_cap {
+            self.counters.buffer_waits += 1;
+            let free_at = self.draining.pop_earliest().expect("a full buffer is draining");
+            return Ok(t.max(free_at));
+        }
+        Ok(t)
+    }
+
+    /// Moves up to `n` victims of the replacement policy into the write-back group.
+    fn take_victims(&mut self, n: usize) -> usize {
+        let n = n.min(self.buffer.len());
+        for _ in 0..n {
+            let e = self.buffer.pop_victim().expect("buffer holds n entries");
+            self.group.push(e);
+        }
+        n
+    }
+
+    /// Programs the units in the write-back group (completing partial ones from NAND first);
+    /// returns when done.
+    fn write_back(&mut self, t: u64) -> DevResult<u64> {
+        let full = self.full_mask();
+        let shape = self.shape;
+        let mut start = t;
+        let mut ius = std::mem::take(&mut self.ius);
+        let mut group = std::mem::take(&mut self.group);
+        for mut e in group.drain(..) {
+            if e.present != full && self.ftl.is_mapped(e.lpn) {
+                let (old, ready) = self.ftl.read_iu(t, e.lpn)?;
+                self.counters.rmw_reads += 1;
+                start = start.max(ready);
+                if let Some(old) = old {
+                    for i in 0..self.layout.blocks_per_iu {
+                        if e.present & (1u128 << i) == 0 {
+                            e.img.copy_block_from(&shape, i as usize, &old);
+                        }
+                    }
+                }
+            }
+            ius.push(IuWrite { lpn: e.lpn, seq: e.seq, flags: e.flags, img: e.img });
+        }
+        self.group = group;
+        self.counters.buffer_writebacks += ius.len() as u64;
+        let done = self.ftl.program(start, &mut ius);
+        self.ius = ius;
+        let done = done?;
+        self.last_program_done_ns = self.last_program_done_ns.max(done);
+        Ok(done)
+    }
+
+    /// Reads blocks at `lba` into `buf` (and metadata into `md`); returns when complete.
+    pub fn read(
+        &mut self,
+        t0: u64,
+        lba: u64,
+        buf: &mut [u8],
+        mut md: Option<&mut [u8]>,
+    ) -> DevResult<u64> {
+        self.ftl.background(t0)?;
+        let t = self.hostif.admit(t0);
+        let bs = self.block_bytes();
+        let mdb = self.md_bytes();
+        let shape = self.shape;
+        let mut ready = t;
+        for p in pieces(lba, (buf.len() / bs) as u64, self.layout.blocks_per_iu) {
+            let need = mask(p.first, p.count);
+            let present = self.buffer.touch(p.lpn).map(|e| e.present).unwrap_or(0);
+            let from_nand = if present & need == need {
+                self.counters.buffer_read_hits += 1;
+                None
+            } else {
+                if present != 0 {
+                    self.counters.buffer_partial_read_hits += 1;
+                }
+                let (img, r) = self.ftl.read_iu(t, p.lpn)?;
+                ready = ready.max(r);
+                Some(img)
+            };
+            let entry = self.buffer.peek(p.lpn);
+            for i in 0..p.count as usize {
+                let b = p.first as usize + i;
+                let dst = &mut buf[(p.offset + i) * bs..(p.offset + i + 1) * bs];
+                let mdst = md.as_deref_mut().map(|m| &mut m[(p.offset + i) * mdb..][..mdb]);
+                match (entry, &from_nand) {
+                    (Some(e), _) if e.present & (1u128 << b) != 0 => {
+                        e.img.get_block(&shape, b, dst, mdst)
+                    }
+                    (_, Some(Some(img))) => img.get_block(&shape, b, dst, mdst),
+                    _ => {
+                        dst.fill(0);
+                        if let Some(m) = mdst {
+                            m.fill(0);
+                        }
+                    }
+                }
+            }
+        }
+        let done = self.hostif.to_host(ready, buf.len());
+        self.counters.read_cmds += 1;
+        self.counters.read_bytes += buf.len() as u64;
+        self.hostif.complete(done);
+        Ok(done)
+    }
+
+    /// Deallocates blocks; whole units are unmapped (durably at once), parts of units are
+    /// written as zeros.
+    pub fn trim(&mut self, t0: u64, lba: u64, blocks: u64) -> DevResult<u64> {
+        let t = self.hostif.admit(t0);
+        let bs = self.block_bytes();
+        let mut done = t;
+        for p in pieces(lba, blocks, self.layout.blocks_per_iu) {
+            if p.count == self.layout.blocks_per_iu {
+                self.buffer.remove(p.lpn);
+                let seq = self.ftl.next_seq();
+                self.ftl.trim(p.lpn, seq);
+            } else {
+                let zeros = vec![0u8; p.count as usize * bs];
+                done = done.max(self.write_piece(t, p, &zeros, None, 0, false)?);
+            }
+        }
+        self.counters.trims += 1;
+        self.counters.trim_bytes += blocks * bs as u64;
+        self.hostif.complete(done);
+        Ok(done)
+    }
+
+    /// Makes every completed write durable: writes the buffer back and waits for every
+    /// program in flight. With power-loss protection the buffer is already durable.
+    pub fn flush(&mut self, t0: u64) -> DevResult<u64> {
+        let t = self.hostif.admit(t0);
+        let mut done = t;
+        if !self.plp {
+            let per = self.layout.slots_per_page as usize;
+            while !self.buffer.is_empty() {
+                let n = self.take_victims(per);
+                let d = self.write_back(t)?;
+                for _ in 0..n {
+                    self.draining.push(d);
+                }
+            }
+            done = done.max(self.last_program_done_ns);
+        }
+        self.counters.flushes += 1;
+        self.hostif.complete(done);
+        Ok(done)
+    }
+
+    /// Power loss at `t`: the buffer is lost (or, with power-loss protection, written to
+    /// NAND on the capacitors' energy), and the FTL forgets its volatile state.
+    pub fn power_loss(&mut self, t: u64) -> RecoveryStep {
+        let buffered = self.buffer.len();
+        let step = if self.plp {
+            let per = self.layout.slots_per_page as usize;
+            while !self.buffer.is_empty() {
+                self.take_victims(per);
+                // A failure here would be a firmware bug (no space for buffered data).
+                let _ = self.write_back(t);
+            }
+            RecoveryStep {
+                name: "plp_drain",
+                detail: format!("{buffered} buffered units written on capacitor power"),
+            }
+        } else {
+            self.buffer.drain();
+            RecoveryStep {
+                name: "drop_buffer",
+                detail: format!("{buffered} buffered (unflushed) units lost"),
+            }
+        };
+        self.draining.clear();
+        self.hostif.reset(t);
+        self.ftl.power_loss();
+        self.counters.power_losses += 1;
+        step
+    }
+
+    /// Rebuilds the FTL from the media at power-on `t`.
+    pub fn recover(&mut self, t: u64) -> Vec<RecoveryStep> {
+        self.last_program_done_ns = t;
+        self.ftl.recover(t)
+    }
+
+    /// Units in the write buffer.
+    pub fn buffered_units(&self) -> usize {
+        self.buffer.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_split_requests_at_unit_boundaries() {
+        let v: Vec<Piece> = pieces(6, 7, 4).collect();
+        assert_eq!(
+            v,
+            vec![
+                Piece { lpn: 1, first: 2, count: 2, offset: 0 },
+                Piece { lpn: 2, first: 0, count: 4, offset: 2 },
+                Piece { lpn: 3, first: 0, count: 1, offset: 6 },
+            ]
+        );
+        assert_eq!(mask(2, 2), 0b1100);
+        assert_eq!(mask(0, 128), u128::MAX);
+    }
+}

@@ -1,0 +1,184 @@
+//! What programmed pages hold: each slot's OOB (reverse map, sequence number, flags, host
+//! metadata) and its payload in the run's payload mode. Storage is allocated per line when
+//! the line is opened and freed when it is erased, so memory follows the data written.
+
+use crate::config::PayloadMode;
+
+/// The OOB logical number of a slot holding no data (padding, or never programmed).
+pub const NO_LPN: u32 = u32::MAX;
+/// The slot holds a transient copy (write hint), which ScalaAFA's evictor leaves in SLC.
+pub const FLAG_TRANSIENT: u8 = 1;
+
+/// The shape of one mapping unit's content in this run.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub mode: PayloadMode,
+    pub block_bytes: usize,
+    pub blocks_per_iu: usize,
+    pub md_bytes: usize,
+}
+
+impl Shape {
+    fn data_len(&self) -> usize {
+        if self.mode == PayloadMode::Full {
+            self.block_bytes * self.blocks_per_iu
+        } else {
+            0
+        }
+    }
+    fn tags_len(&self) -> usize {
+        if self.mode == PayloadMode::Tag {
+            self.blocks_per_iu
+        } else {
+            0
+        }
+    }
+    fn md_len(&self) -> usize {
+        if self.mode == PayloadMode::None {
+            0
+        } else {
+            self.md_bytes * self.blocks_per_iu
+        }
+    }
+}
+
+/// One mapping unit's content on its way between host, buffer and media: one allocation
+/// laid out as `[data | tags (8 bytes each, little endian) | metadata]`, holding only the parts
+/// the payload mode keeps (nothing at all in mode `none`, so moving a unit costs a pointer).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IuImage {
+    bytes: Vec<u8>,
+}
+
+impl Shape {
+    fn image_len(&self) -> usize {
+        self.data_len() + 8 * self.tags_len() + self.md_len()
+    }
+    fn md_offset(&self) -> usize {
+        self.data_len() + 8 * self.tags_len()
+    }
+}
+
+impl IuImage {
+    pub fn zeroed(s: &Shape) -> IuImage {
+        IuImage { bytes: vec![0; s.image_len()] }
+    }
+
+    fn tag(&self, s: &Shape, i: usize) -> u64 {
+        let o = s.data_len() + 8 * i;
+        u64::from_le_bytes(self.bytes[o..o + 8].try_into().expect("8 bytes"))
+    }
+
+    /// Stores host block `i` of the unit from `src` (one block) and its metadata.
+    pub fn put_block(&mut self, s: &Shape, i: usize, src: &[u8], md: Option<&[u8]>) {
+        match s.mode {
+            PayloadMode::Full => {
+                self.bytes[i * s.block_bytes..(i + 1) * s.block_bytes].copy_from_slice(src)
+            }
+            PayloadMode::Tag => {
+                let o = s.data_len() + 8 * i;
+                self.bytes[o..o + 8].copy_from_slice(&crate::tag_of(src).to_le_bytes());
+            }
+            PayloadMode::None => return,
+        }
+        if s.md_bytes > 0 {
+            let o = s.md_offset() + i * s.md_bytes;
+            let dst = &mut self.bytes[o..o + s.md_bytes];
+            match md {
+                Some(m) => dst.copy_from_slice(m),
+                None => dst.fill(0),
+            }
+        }
+    }
+
+    /// Copies host block `i` of the unit into `dst` (one block) and its metadata.
+    pub fn get_block(&self, s: &Shape, i: usize, dst: &mut [u8], md: Option<&mut [u8]>) {
+        match s.mode {
+            PayloadMode::Full => {
+                dst.copy_from_slice(&self.bytes[i * s.block_bytes..(i + 1) * s.block_bytes])
+            }
+            PayloadMode::Tag => {
+                dst.fill(0);
+                dst[..8].copy_from_slice(&self.tag(s, i).to_le_bytes());
+            }
+            PayloadMode::None => dst.fill(0),
+        }
+        if let Some(m) = md {
+            if s.md_len() == 0 {
+                m.fill(0);
+            } else {
+                let o = s.md_offset() + i * s.md_bytes;
+                m.copy_from_slice(&self.bytes[o..o + s.md_bytes]);
+            }
+        }
+    }
+
+    /// Copies host block `i` from `other`.
+    pub fn copy_block_from(&mut self, s: &Shape, i: usize, other: &IuImage) {
+        let mut copy =
+            |o: usize, n: usize| self.bytes[o..o + n].copy_from_slice(&other.bytes[o..o + n]);
+        match s.mode {
+            PayloadMode::Full => copy(i * s.block_bytes, s.block_bytes),
+            PayloadMode::Tag => copy(s.data_len() + 8 * i, 8),
+            PayloadMode::None => return,
+        }
+        if s.md_len() > 0 {
+            copy(s.md_offset() + i * s.md_bytes, s.md_bytes);
+        }
+    }
+}
+
+/// The OOB and payload of every slot of one line.
+pub struct LineStore {
+    /// Bit `s` set: slot `s` holds the current version of its unit (volatile: rebuilt by
+    /// recovery from the L2P table it rebuilds).
+    pub valid_bits: Vec<u64>,
+    pub lpn: Vec<u32>,
+    pub seq: Vec<u64>,
+    pub flags: Vec<u8>,
+    /// Each slot's [`IuImage`] bytes, one after another.
+    images: Vec<u8>,
+    shape: Shape,
+}
+
+impl LineStore {
+    pub fn new(shape: Shape, slots: u32) -> LineStore {
+        let n = slots as usize;
+        LineStore {
+            valid_bits: vec![0; n.div_ceil(64)],
+            lpn: vec![NO_LPN; n],
+            seq: vec![0; n],
+            flags: vec![0; n],
+            images: vec![0; n * shape.image_len()],
+            shape,
+        }
+    }
+
+    /// Programs `slot` with a unit's OOB and content.
+    pub fn put(&mut self, slot: u32, lpn: u32, seq: u64, flags: u8, img: &IuImage) {
+        let i = slot as usize;
+        self.lpn[i] = lpn;
+        self.seq[i] = seq;
+        self.flags[i] = flags;
+        let n = self.shape.image_len();
+        if n > 0 {
+            self.images[i * n..(i + 1) * n].copy_from_slice(&img.bytes);
+        }
+    }
+
+    pub fn set_valid(&mut self, slot: u32, valid: bool) {
+        let (w, b) = (slot as usize / 64, slot % 64);
+        if valid {
+            self.valid_bits[w] |= 1 << b;
+        } else {
+            self.valid_bits[w] &= !(1 << b);
+        }
+    }
+
+    /// The content of `slot`.
+    pub fn get(&self, slot: u32) -> IuImage {
+        let n = self.shape.image_len();
+        let i = slot as usize;
+        IuImage { bytes: self.images[i * n..(i + 1) * n].to_vec() }
+    }
+}
