@@ -182,6 +182,7 @@ pub fn render_summary(cfg: &Config, run: &RunOutput) -> String {
         },
         busy.join("  ")
     ));
+    render_ssd_layers(&run.result.layers, &mut out);
     if s.errors > 0 {
         out.push_str(&format!(
             "  ERRORS {}: first: {}\n",
@@ -190,6 +191,29 @@ pub fn render_summary(cfg: &Config, run: &RunOutput) -> String {
         ));
     }
     out
+}
+
+/// One line per emulated SSD in the stack: write amplification, GC and wear.
+fn render_ssd_layers(layer: &flashrig_metrics::LayerSnapshot, out: &mut String) {
+    if layer.kind == "ssd" {
+        let v = |k: &str| layer.values.get(k).copied().unwrap_or(f64::NAN);
+        let c = |k: &str| layer.counters.get(k).copied().unwrap_or(0);
+        out.push_str(&format!(
+            "  {}: WAF device {:.2} x NAND {:.2} = {:.2}; GC copied {} units, SLC evicted {}; \
+             {} block erases (max {} per block)\n",
+            layer.name,
+            v("waf_device"),
+            v("waf_nand"),
+            v("waf_total"),
+            c("gc_copies"),
+            c("slc_evictions"),
+            c("block_erases"),
+            v("erase_count_max")
+        ));
+    }
+    for child in &layer.children {
+        render_ssd_layers(child, out);
+    }
 }
 
 fn stack_label(cfg: &Config) -> String {

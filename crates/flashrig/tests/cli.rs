@@ -208,3 +208,96 @@ fn every_shipped_configuration_is_valid() {
     }
     assert!(checked >= 5, "found only {checked} configurations under {}", root.display());
 }
+
+#[test]
+fn an_emulated_ssd_runs_reproducibly_and_reports_its_counters() {
+    let dir = scratch();
+    let cfg = write(
+        &dir.path().to_path_buf(),
+        "ssd.toml",
+        "runtime = \"sim\"\n[device]\ntype = \"ssd\"\npreset = \"tiny\"\n\
+         [device.firmware]\nover_provisioning_percent = 15.0\n\
+         [workload]\nrw = \"randrw\"\nbs = \"8KiB\"\nruntime_ms = 1500\n",
+    );
+    let a = dir.path().join("a.json");
+    let b = dir.path().join("b.json");
+    for out in [&a, &b] {
+        let run = flashrig(&["run", cfg.to_str().unwrap(), "--json", out.to_str().unwrap()]);
+        assert!(run.status.success(), "{}", text(&run.stderr));
+        assert!(text(&run.stdout).contains("ssd: WAF device"), "{}", text(&run.stdout));
+    }
+    let (ja, jb) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    assert_eq!(ja, jb, "two simulated SSD runs with one seed differ");
+    let v: serde_json::Value = serde_json::from_slice(&ja).unwrap();
+    let layer = &v["layers"];
+    assert_eq!(layer["kind"], "ssd");
+    assert!(layer["counters"]["gc_lines"].as_u64().unwrap() > 0, "GC did not run: {layer}");
+    assert!(layer["values"]["waf_total"].as_f64().unwrap() > 1.0);
+    // The effective configuration carries the resolved preset and reads back.
+    let show = flashrig(&["config", "show", cfg.to_str().unwrap()]);
+    let shown = write(&dir.path().to_path_buf(), "shown.toml", &text(&show.stdout));
+    let again = flashrig(&["config", "show", shown.to_str().unwrap()]);
+    assert_eq!(text(&again.stdout), text(&show.stdout));
+    assert!(text(&show.stdout).contains("over_provisioning_percent = 15.0"));
+}
+
+#[test]
+fn bad_ssd_configurations_are_named_and_exit_2() {
+    let dir = scratch();
+    let d = dir.path();
+    let head = "runtime = \"sim\"\n[device]\ntype = \"ssd\"\n";
+    expect_bad_input(
+        d,
+        &format!("{head}preset = \"nope\"\n"),
+        &[],
+        &["unknown SSD preset", "tiny"],
+    );
+    expect_bad_input(
+        d,
+        &format!("{head}preset = \"tiny\"\n[device.geometry]\nchanels = 4\n"),
+        &[],
+        &["chanels"],
+    );
+    expect_bad_input(
+        d,
+        &format!("{head}preset = \"tiny\"\n[device.firmware]\nover_provisioning_percent = 2.0\n"),
+        &[],
+        &["over_provisioning_percent", "spare lines"],
+    );
+    expect_bad_input(
+        d,
+        &format!("{head}preset = \"tiny\"\n[device.nand]\nread_ns = [1, 2]\n"),
+        &[],
+        &["nand.read_ns", "3 page types"],
+    );
+    expect_bad_input(
+        d,
+        &format!("{head}preset = \"tiny\"\npayload = \"most\"\n"),
+        &[],
+        &["payload", "most"],
+    );
+}
+
+#[test]
+fn ssd_presets_are_listed_and_shown() {
+    let out = flashrig(&["ssd", "presets"]);
+    assert!(out.status.success());
+    let list = text(&out.stdout);
+    for p in [
+        "tiny",
+        "scalaafa-femu",
+        "samsung-980pro",
+        "micron-waflash",
+        "p5800x",
+        "p5316-qlc",
+        "qlc-femu",
+    ] {
+        assert!(list.contains(p), "{p} missing from:\n{list}");
+    }
+    let show = flashrig(&["ssd", "show", "p5316-qlc"]);
+    let shown = text(&show.stdout);
+    assert!(shown.contains("iu_bytes = 65536") && shown.contains("[device.sources]"), "{shown}");
+    let bad = flashrig(&["ssd", "show", "p9999"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("known presets"));
+}
