@@ -213,7 +213,7 @@ fn every_shipped_configuration_is_valid() {
 fn an_emulated_ssd_runs_reproducibly_and_reports_its_counters() {
     let dir = scratch();
     let cfg = write(
-        &dir.path().to_path_buf(),
+        dir.path(),
         "ssd.toml",
         "runtime = \"sim\"\n[device]\ntype = \"ssd\"\npreset = \"tiny\"\n\
          [device.firmware]\nover_provisioning_percent = 15.0\n\
@@ -235,7 +235,7 @@ fn an_emulated_ssd_runs_reproducibly_and_reports_its_counters() {
     assert!(layer["values"]["waf_total"].as_f64().unwrap() > 1.0);
     // The effective configuration carries the resolved preset and reads back.
     let show = flashrig(&["config", "show", cfg.to_str().unwrap()]);
-    let shown = write(&dir.path().to_path_buf(), "shown.toml", &text(&show.stdout));
+    let shown = write(dir.path(), "shown.toml", &text(&show.stdout));
     let again = flashrig(&["config", "show", shown.to_str().unwrap()]);
     assert_eq!(text(&again.stdout), text(&show.stdout));
     assert!(text(&show.stdout).contains("over_provisioning_percent = 15.0"));
