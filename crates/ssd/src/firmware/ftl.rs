@@ -206,8 +206,7 @@ impl PageMap {
         let line = &mut self.lines[l as usize];
         line.valid -= 1;
         let st = line.store.as_mut().expect("a mapped slot's line has a store");
-        st.set_valid(s, false);
-        if st.flags[s as usize] & FLAG_TRANSIENT != 0 {
+        if st.clear_valid(s) {
             line.transient -= 1;
         }
     }
@@ -319,7 +318,7 @@ impl PageMap {
                         let line = &mut self.lines[l as usize];
                         let st = line.store.as_mut().expect("open line has a store");
                         st.put(slot, w.lpn, w.seq, w.flags, &w.img);
-                        st.set_valid(slot, true);
+                        st.set_valid(slot);
                         line.valid += 1;
                         if w.flags & FLAG_TRANSIENT != 0 {
                             line.transient += 1;
@@ -371,13 +370,7 @@ impl PageMap {
     /// The slots of `line` whose unit is still mapped there, appended to `out` in order.
     pub(super) fn valid_slots(&self, line: u32, out: &mut Vec<u32>) {
         let Some(st) = self.lines[line as usize].store.as_ref() else { return };
-        for (w, &bits) in st.valid_bits.iter().enumerate() {
-            let mut b = bits;
-            while b != 0 {
-                out.push(w as u32 * 64 + b.trailing_zeros());
-                b &= b - 1;
-            }
-        }
+        out.extend(st.valid_slots());
     }
 
     /// Erases every block of `line` at `t_ns` and returns it to its free list.

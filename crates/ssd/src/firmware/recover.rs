@@ -23,7 +23,7 @@ pub(super) fn power_loss(ftl: &mut PageMap) {
         l.valid = 0;
         l.transient = 0;
         if let Some(st) = l.store.as_mut() {
-            st.valid_bits.iter_mut().for_each(|w| *w = 0);
+            st.clear_all_valid();
         }
     }
     ftl.free_dense.clear();
@@ -85,7 +85,7 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
         let line = &mut ftl.lines[l as usize];
         line.valid += 1;
         let st = line.store.as_mut().expect("a slot found by the scan has a store");
-        st.set_valid(s, true);
+        st.set_valid(s);
         if st.flags[s as usize] & FLAG_TRANSIENT != 0 {
             line.transient += 1;
         }

@@ -130,9 +130,10 @@ impl IuImage {
 
 /// The OOB and payload of every slot of one line.
 pub struct LineStore {
-    /// Bit `s` set: slot `s` holds the current version of its unit (volatile: rebuilt by
-    /// recovery from the L2P table it rebuilds).
-    pub valid_bits: Vec<u64>,
+    /// Per 64 slots, two words: bit `s` of the first set when slot `s` holds the current
+    /// version of its unit (volatile: rebuilt by recovery), of the second when it was written
+    /// transient. Side by side so invalidating a slot touches one cache line.
+    bits: Vec<u64>,
     pub lpn: Vec<u32>,
     pub seq: Vec<u64>,
     pub flags: Vec<u8>,
@@ -145,7 +146,7 @@ impl LineStore {
     pub fn new(shape: Shape, slots: u32) -> LineStore {
         let n = slots as usize;
         LineStore {
-            valid_bits: vec![0; n.div_ceil(64)],
+            bits: vec![0; 2 * n.div_ceil(64)],
             lpn: vec![NO_LPN; n],
             seq: vec![0; n],
             flags: vec![0; n],
@@ -160,19 +161,48 @@ impl LineStore {
         self.lpn[i] = lpn;
         self.seq[i] = seq;
         self.flags[i] = flags;
+        let (w, b) = (i / 64, slot % 64);
+        if flags & FLAG_TRANSIENT != 0 {
+            self.bits[2 * w + 1] |= 1 << b;
+        } else {
+            self.bits[2 * w + 1] &= !(1 << b);
+        }
         let n = self.shape.image_len();
         if n > 0 {
             self.images[i * n..(i + 1) * n].copy_from_slice(&img.bytes);
         }
     }
 
-    pub fn set_valid(&mut self, slot: u32, valid: bool) {
+    /// Marks `slot` as holding the current version of its unit.
+    pub fn set_valid(&mut self, slot: u32) {
+        self.bits[2 * (slot as usize / 64)] |= 1 << (slot % 64);
+    }
+
+    /// Marks `slot` stale; returns whether it had been written transient.
+    pub fn clear_valid(&mut self, slot: u32) -> bool {
         let (w, b) = (slot as usize / 64, slot % 64);
-        if valid {
-            self.valid_bits[w] |= 1 << b;
-        } else {
-            self.valid_bits[w] &= !(1 << b);
-        }
+        self.bits[2 * w] &= !(1 << b);
+        self.bits[2 * w + 1] & (1 << b) != 0
+    }
+
+    /// Forgets which slots are valid (power loss).
+    pub fn clear_all_valid(&mut self) {
+        self.bits.iter_mut().step_by(2).for_each(|w| *w = 0);
+    }
+
+    /// The valid slots, in order.
+    pub fn valid_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.bits.iter().step_by(2).enumerate().flat_map(|(w, &word)| {
+            let mut b = word;
+            std::iter::from_fn(move || {
+                if b == 0 {
+                    return None;
+                }
+                let s = w as u32 * 64 + b.trailing_zeros();
+                b &= b - 1;
+                Some(s)
+            })
+        })
     }
 
     /// The content of `slot`.
