@@ -10,7 +10,9 @@ use flashrig_runtime::RuntimeKind;
 use flashrig_ssd::SsdConfig;
 use serde::{Deserialize, Serialize};
 
+use crate::distribution::Distribution;
 use crate::error::Error;
+use crate::replay::{PreconditionConfig, ReplayConfig};
 use crate::size::Size;
 
 /// The built-in default configuration, shown by `flashrig config show` and run by
@@ -32,6 +34,11 @@ pub struct Config {
     pub reactors: usize,
     pub device: DeviceConfig,
     pub workload: WorkloadConfig,
+    /// Bring the stack to steady state before measuring (fill, random overwrite).
+    pub precondition: PreconditionConfig,
+    /// Replay a block trace instead of running `workload`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplayConfig>,
 }
 
 impl Default for Config {
@@ -42,6 +49,8 @@ impl Default for Config {
             reactors: 1,
             device: DeviceConfig::Ram(RamConfig::default()),
             workload: WorkloadConfig::default(),
+            precondition: PreconditionConfig::default(),
+            replay: None,
         }
     }
 }
@@ -221,6 +230,9 @@ pub struct WorkloadConfig {
     pub runtime_ms: Option<u64>,
     /// Percentage of reads for `rw` and `randrw`.
     pub rwmixread: u8,
+    /// Offsets of random patterns: `uniform`, `zipf:θ`, `pareto:h`, `zoned:a/r:...` (fio's
+    /// `random_distribution`; hot/cold is `zoned:90/10:10/90`).
+    pub random_distribution: Distribution,
     /// Bytes of the device the jobs address, from offset 0 (default: all of it).
     pub range: Option<Size>,
     /// Flush the stack when the jobs end, and count the flush in the run.
@@ -241,6 +253,7 @@ impl Default for WorkloadConfig {
             size: None,
             runtime_ms: None,
             rwmixread: 50,
+            random_distribution: Distribution::Uniform,
             range: None,
             final_flush: true,
             stamp: true,
@@ -284,6 +297,19 @@ impl Config {
             return Err(format!("reactors = {}: must be between 1 and 256", self.reactors));
         }
         validate_device(&self.device, "device")?;
+        if let Some(r) = &self.replay {
+            r.validate()?;
+        }
+        let p = &self.precondition;
+        if p.fill && p.fill_bs.bytes() == 0 {
+            return Err("precondition.fill_bs must be positive".into());
+        }
+        if p.iodepth == 0 || p.iodepth > 65_536 {
+            return Err(format!(
+                "precondition.iodepth = {}: must be between 1 and 65536",
+                p.iodepth
+            ));
+        }
         let w = &self.workload;
         if w.bs.bytes() == 0 {
             return Err("workload.bs must be positive".into());

@@ -4,11 +4,14 @@
 pub mod bench;
 pub mod config;
 pub mod crashcheck;
+pub mod distribution;
 pub mod error;
+pub mod replay;
 pub mod run;
 pub mod size;
 pub mod ssdlab;
 pub mod stack;
+pub mod tracecmd;
 pub mod workload;
 
 pub use config::Config;

@@ -63,6 +63,11 @@ enum Command {
         #[command(subcommand)]
         what: ValidateCommand,
     },
+    /// Block traces: statistics, format conversion, reduction.
+    Trace {
+        #[command(subcommand)]
+        command: TraceCommand,
+    },
     /// The emulated SSD: list presets, show one.
     Ssd {
         #[command(subcommand)]
@@ -96,6 +101,64 @@ enum ValidateCommand {
         /// Shorter runs (a rough check; the committed report uses the full runs).
         #[arg(long)]
         quick: bool,
+    },
+}
+
+/// Options every trace command takes to read its input.
+#[derive(clap::Args)]
+struct TraceInput {
+    /// The trace file.
+    trace: PathBuf,
+    /// msr, fiu, spc, alibaba, disksim, vscsi, blkparse (detected when absent).
+    #[arg(long)]
+    format: Option<String>,
+    /// Skip malformed lines (and count them) instead of stopping at the first.
+    #[arg(long)]
+    skip_bad: bool,
+    /// Size to assume for MSR records without a size column (e.g. 4KiB).
+    #[arg(long)]
+    assume_size: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum TraceCommand {
+    /// ScalaAFA Table 2's columns, WAFLASH's unaligned-write ratios, update frequencies.
+    Stats {
+        #[command(flatten)]
+        input: TraceInput,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rewrite a trace in another format.
+    Convert {
+        #[command(flatten)]
+        input: TraceInput,
+        /// Output file.
+        #[arg(long, short = 'o')]
+        out: PathBuf,
+        /// msr or disksim.
+        #[arg(long, default_value = "msr")]
+        to: String,
+    },
+    /// Shrink a trace (the thesis' segment- or subset-based method) and check the
+    /// update-frequency distribution (r^2).
+    Reduce {
+        #[command(flatten)]
+        input: TraceInput,
+        #[arg(long, short = 'o')]
+        out: PathBuf,
+        /// segment or subset.
+        #[arg(long)]
+        method: String,
+        /// Target footprint (for example 1GiB): the segment's or subset's distinct pages.
+        #[arg(long)]
+        capacity: Option<String>,
+        /// Subset: keep every N-th page by update frequency.
+        #[arg(long)]
+        factor: Option<u64>,
+        #[arg(long, default_value = "msr")]
+        to: String,
     },
 }
 
@@ -143,6 +206,8 @@ enum BenchArg {
     /// The emulated SSD: simulation speed (tiny preset, steady state) and memory (64 GiB
     /// scalaafa-femu preset in payload mode tag).
     Ssd,
+    /// Trace parsing speed (MSR CSV lines per second).
+    Trace,
     All,
 }
 
@@ -217,6 +282,13 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                 results.push(flashrig::bench::real_ping_pong(200_000 / scale));
             }
             print!("{}", flashrig::bench::render(&results));
+            if which == BenchArg::Trace || which == BenchArg::All {
+                let (lines, secs) = flashrig_trace::bench_parse_msr(5_000_000 / scale as usize);
+                println!(
+                    "trace-parse: {lines} MSR CSV lines in {secs:.3} s = {:.2} M lines per second",
+                    lines as f64 / secs / 1e6
+                );
+            }
             if which == BenchArg::Ssd || which == BenchArg::All {
                 let (ios, secs) = flashrig::ssdlab::bench_sim_speed(4_000_000 / scale);
                 println!(
@@ -249,6 +321,7 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             eprintln!("wrote {}", out.display());
             Ok(())
         }
+        Command::Trace { command } => trace(command),
         Command::Ssd { command: SsdCommand::Presets } => {
             for name in flashrig_ssd::config::preset_names() {
                 let cfg = flashrig_ssd::SsdConfig::preset(name).map_err(Error::Input)?;
@@ -277,6 +350,47 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
         }
         Command::Debug { command } => debug(command),
     }
+}
+
+fn size_arg(flag: &str, v: &Option<String>) -> Result<Option<u64>, Error> {
+    v.as_deref()
+        .map(|s| {
+            flashrig::size::parse_size(s).map_err(|e| Error::Input(format!("{flag} {s}: {e}")))
+        })
+        .transpose()
+}
+
+fn trace(cmd: TraceCommand) -> Result<(), Error> {
+    use flashrig::tracecmd::{self, Source};
+    fn source(i: &TraceInput) -> Result<Source<'_>, Error> {
+        Ok(Source {
+            path: &i.trace,
+            format: i.format.as_deref(),
+            skip_bad: i.skip_bad,
+            assume_size_bytes: size_arg("--assume-size", &i.assume_size)?,
+        })
+    }
+    match &cmd {
+        TraceCommand::Stats { input, json } => {
+            print!("{}", tracecmd::stats(&source(input)?, *json)?);
+        }
+        TraceCommand::Convert { input, out, to } => {
+            let (reqs, skipped, from) = source(input)?.read_all()?;
+            tracecmd::write_trace(&reqs, out, to)?;
+            eprintln!(
+                "{} requests from {} ({}, {skipped} lines skipped) written to {} ({to})",
+                reqs.len(),
+                input.trace.display(),
+                from.name(),
+                out.display()
+            );
+        }
+        TraceCommand::Reduce { input, out, method, capacity, factor, to } => {
+            let cap = size_arg("--capacity", capacity)?;
+            print!("{}", tracecmd::reduce(&source(input)?, out, to, method, cap, *factor)?);
+        }
+    }
+    Ok(())
 }
 
 fn debug(cmd: DebugCommand) -> Result<(), Error> {

@@ -47,6 +47,14 @@ pub fn run(cfg: &Config) -> Result<RunOutput, Error> {
                 format_size(range)
             )));
         }
+        if cfg.precondition.is_active() {
+            crate::replay::precondition(&dev, &cfg.precondition, cfg.seed).await?;
+        }
+        if let Some(r) = &cfg.replay {
+            let (total, counts) = crate::replay::replay(dev.clone(), r.clone()).await?;
+            let layers = snapshot_stack(dev.as_ref());
+            return Ok((vec![total.clone()], total, layers, Some(counts)));
+        }
         let reactors = flashrig_runtime::num_reactors();
         let mut handles = Vec::new();
         for job in 0..cfg.workload.jobs as u64 {
@@ -71,9 +79,9 @@ pub fn run(cfg: &Config) -> Result<RunOutput, Error> {
             total.end_ns = total.end_ns.max(flashrig_runtime::now_ns()).max(t0);
         }
         let layers = snapshot_stack(dev.as_ref());
-        Ok((jobs, total, layers))
+        Ok((jobs, total, layers, None))
     });
-    let (jobs, total, layers) = outcome?;
+    let (jobs, total, layers, replay_counts) = outcome?;
     if total.stalled {
         return Err(Error::Input(format!(
             "workload.runtime_ms = {}: the stack completes every request in zero {} time, so \
@@ -107,6 +115,9 @@ pub fn run(cfg: &Config) -> Result<RunOutput, Error> {
     if cfg.runtime == RuntimeKind::Sim {
         workload["sim_events"] = json!(stats.events);
     }
+    if let Some(c) = &replay_counts {
+        workload["replay"] = json!(c);
+    }
     let result = RunResult {
         format: RESULT_FORMAT.to_string(),
         version: RESULT_VERSION,
@@ -131,12 +142,25 @@ pub fn render_summary(cfg: &Config, run: &RunOutput) -> String {
         RuntimeKind::Sim => "virtual",
         RuntimeKind::Real => "real",
     };
+    let what = match &cfg.replay {
+        Some(r) => format!(
+            "replay {} ({})",
+            r.trace.display(),
+            match r.mode {
+                crate::replay::ReplayMode::Open => format!("open loop, speed {}", r.speed),
+                crate::replay::ReplayMode::Closed => format!("closed loop, iodepth {}", r.iodepth),
+            }
+        ),
+        None => format!(
+            "{} bs={} iodepth={} jobs={}",
+            cfg.workload.rw.name(),
+            cfg.workload.bs,
+            cfg.workload.iodepth,
+            cfg.workload.jobs
+        ),
+    };
     out.push_str(&format!(
-        "{} bs={} iodepth={} jobs={} on {} ({} runtime, seed {})\n",
-        cfg.workload.rw.name(),
-        cfg.workload.bs,
-        cfg.workload.iodepth,
-        cfg.workload.jobs,
+        "{what} on {} ({} runtime, seed {})\n",
         stack_label(cfg),
         match cfg.runtime {
             RuntimeKind::Sim => "sim",

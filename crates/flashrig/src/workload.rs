@@ -14,6 +14,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
 use crate::config::WorkloadConfig;
+use crate::distribution::Sampler;
 
 /// What one job did.
 #[derive(Clone, Debug, Default)]
@@ -122,6 +123,7 @@ struct JobState {
     range_blocks: u64,
     req_blocks: u64,
     random: bool,
+    sampler: Sampler,
     read_percent: u8,
     write_seq: u64,
 }
@@ -157,7 +159,7 @@ impl JobState {
         }
         let slots = self.range_blocks / self.req_blocks;
         let lba = if self.random {
-            (self.rng.next_u64() % slots) * self.req_blocks
+            self.sampler.sample(&mut self.rng) * self.req_blocks
         } else {
             let l = self.seq_cursor;
             self.seq_cursor = (self.seq_cursor + self.req_blocks) % (slots * self.req_blocks);
@@ -204,6 +206,11 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
         range_blocks,
         req_blocks,
         random: w.rw.is_random(),
+        sampler: Sampler::new(
+            &w.random_distribution,
+            (range_blocks / req_blocks).max(1),
+            seed ^ 0x5EED,
+        ),
         read_percent: w.rw.read_percent(w.rwmixread),
         write_seq: 0,
     }));

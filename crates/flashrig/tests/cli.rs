@@ -301,3 +301,115 @@ fn ssd_presets_are_listed_and_shown() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad.stderr).contains("known presets"));
 }
+
+#[test]
+fn skewed_writes_amplify_less_than_uniform_ones_on_an_ssd() {
+    // CSAL §6.2 writes uniform and Zipf; under greedy GC, skew concentrates invalidations in
+    // hot lines, so the NAND-level write amplification must drop.
+    let dir = scratch();
+    let waf = |dist: &str| {
+        let cfg = write(
+            dir.path(),
+            &format!("{}.toml", dist.replace(':', "_")),
+            &format!(
+                "runtime = \"sim\"\n[device]\ntype = \"ssd\"\npreset = \"tiny\"\npayload = \"none\"\n\
+                 [workload]\nrw = \"randwrite\"\nruntime_ms = 12000\nstamp = false\n\
+                 random_distribution = \"{dist}\"\n"
+            ),
+        );
+        let json = dir.path().join("out.json");
+        let out = flashrig(&["run", cfg.to_str().unwrap(), "--json", json.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        v["layers"]["values"]["waf_nand"].as_f64().unwrap()
+    };
+    let (uniform, zipf) = (waf("uniform"), waf("zipf:1.2"));
+    assert!(zipf < uniform * 0.8, "zipf:1.2 WAF {zipf} vs uniform {uniform}");
+    let bad = write(dir.path(), "bad.toml", "[workload]\nrandom_distribution = \"zipf:one\"\n");
+    let out = flashrig(&["run", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("zipf"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn trace_tools_read_count_convert_and_reduce() {
+    let dir = scratch();
+    let d = dir.path();
+    // Four MSR records (100 ns ticks): two writes of 4 KiB and 6 KiB (aligned, then not),
+    // two reads of 8 KiB. Table 2 columns: 2 writes, 2 reads, 5 KiB average write, 8 KiB
+    // average read; the 6 KiB write ends off every page boundary: 50% unaligned at 4 KiB.
+    let good = write(
+        d,
+        "t.csv",
+        "128166372000000000,hm,0,Write,0,4096,10\n\
+         128166372000010000,hm,0,Write,8192,6144,10\n\
+         128166372000020000,hm,0,Read,0,8192,10\n\
+         128166372000030000,hm,0,Read,16384,8192,10\n",
+    );
+    let out = flashrig(&["trace", "stats", good.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &v["stats"];
+    assert_eq!((s["write_count"].as_u64(), s["read_count"].as_u64()), (Some(2), Some(2)));
+    assert_eq!(s["avg_write_kib"].as_f64(), Some(5.0));
+    assert_eq!(s["avg_read_kib"].as_f64(), Some(8.0));
+    assert_eq!(s["unaligned_write_ratio"][0].as_f64(), Some(0.5));
+    assert_eq!(v["format"], "msr");
+
+    // Convert to DiskSim and back: the same statistics.
+    let ds = d.join("t.disksim");
+    let out = flashrig(&[
+        "trace",
+        "convert",
+        good.to_str().unwrap(),
+        "--to",
+        "disksim",
+        "-o",
+        ds.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let again = flashrig(&["trace", "stats", ds.to_str().unwrap(), "--json"]);
+    let w: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(w["format"], "disksim");
+    assert_eq!(w["stats"], v["stats"]);
+
+    // A malformed line names the file and the line; --skip-bad skips and counts it.
+    let bad = write(
+        d,
+        "bad.csv",
+        "128166372000000000,hm,0,Write,0,4096,10\n128166372000010000,hm,0,Write,8192,abc,10\n",
+    );
+    let out = flashrig(&["trace", "stats", bad.to_str().unwrap(), "--format", "msr"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("bad.csv:2:"), "{}", text(&out.stderr));
+    let out = flashrig(&[
+        "trace",
+        "stats",
+        bad.to_str().unwrap(),
+        "--format",
+        "msr",
+        "--skip-bad",
+        "--json",
+    ]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["skipped_lines"], 1);
+    let out = flashrig(&["trace", "stats", good.to_str().unwrap(), "--format", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+
+    // Reduction prints the thesis' r^2 check.
+    let red = d.join("r.csv");
+    let out = flashrig(&[
+        "trace",
+        "reduce",
+        good.to_str().unwrap(),
+        "-o",
+        red.to_str().unwrap(),
+        "--method",
+        "subset",
+        "--factor",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("r^2"), "{}", text(&out.stdout));
+}

@@ -1,0 +1,386 @@
+//! Trace replay and preconditioning.
+//!
+//! A `[replay]` section makes `flashrig run` replay a block trace instead of the synthetic
+//! workload: *open loop* issues each request at its trace timestamp (scaled by `speed`),
+//! however many are in flight, as the papers replay MSR and FIU traces; *closed loop* keeps
+//! `iodepth` requests in flight and ignores timestamps. A `[precondition]` section (for
+//! replays and synthetic jobs alike) first fills the range sequentially and then overwrites
+//! it at random, as CSAL §6.1 preconditions its drives, so measurements start in steady state.
+//!
+//! Trace addresses are mapped onto the stack: the offset is rounded down and the end up to
+//! whole blocks, and a request beyond the stack's capacity wraps around (offset modulo the
+//! capacity), so any trace can drive any stack; `wrapped` in the result counts them.
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use flashrig_blockdev::{DevRef, WriteHints};
+use flashrig_check::pattern;
+use flashrig_runtime::{now_ns, sleep_until_ns, spawn};
+use flashrig_trace::{Format, Options, Request};
+use rand_core::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::size::Size;
+use crate::workload::JobOutcome;
+
+/// How a trace is replayed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplayMode {
+    /// Each request at its timestamp (divided by `speed`).
+    #[default]
+    Open,
+    /// `iodepth` requests in flight, timestamps ignored.
+    Closed,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReplayConfig {
+    pub trace: PathBuf,
+    /// msr, fiu, spc, alibaba, disksim, vscsi, blkparse; detected from the first lines when
+    /// not given.
+    pub format: Option<String>,
+    pub mode: ReplayMode,
+    /// Open loop: 2.0 replays twice as fast as recorded.
+    pub speed: f64,
+    /// Closed loop: requests in flight.
+    pub iodepth: u32,
+    /// Replay at most this many requests.
+    pub max_requests: Option<u64>,
+    /// Skip malformed lines (counted in the result) instead of stopping at the first.
+    pub skip_bad: bool,
+    /// Size to assume for MSR records without a size column (lossy reduced traces).
+    pub assume_size: Option<Size>,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        ReplayConfig {
+            trace: PathBuf::new(),
+            format: None,
+            mode: ReplayMode::Open,
+            speed: 1.0,
+            iodepth: 32,
+            max_requests: None,
+            skip_bad: false,
+            assume_size: None,
+        }
+    }
+}
+
+/// Bring the stack to steady state before measuring.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PreconditionConfig {
+    /// Write the whole range once, sequentially, in `fill_bs` requests.
+    pub fill: bool,
+    pub fill_bs: Size,
+    /// Then overwrite this many bytes at uniformly random 4 KiB-aligned offsets.
+    pub random_overwrite: Size,
+    pub iodepth: u32,
+}
+
+impl Default for PreconditionConfig {
+    fn default() -> Self {
+        PreconditionConfig {
+            fill: false,
+            fill_bs: Size::kib(128),
+            random_overwrite: Size(0),
+            iodepth: 32,
+        }
+    }
+}
+
+impl PreconditionConfig {
+    pub fn is_active(&self) -> bool {
+        self.fill || self.random_overwrite.bytes() > 0
+    }
+}
+
+impl ReplayConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.trace.as_os_str().is_empty() {
+            return Err("replay.trace: the trace file to replay is required".into());
+        }
+        if let Some(f) = &self.format {
+            f.parse::<Format>().map_err(|e| format!("replay.format = \"{f}\": {e}"))?;
+        }
+        if !(self.speed > 0.0 && self.speed.is_finite()) {
+            return Err(format!("replay.speed = {}: must be positive", self.speed));
+        }
+        if self.iodepth == 0 || self.iodepth > 65_536 {
+            return Err(format!("replay.iodepth = {}: must be between 1 and 65536", self.iodepth));
+        }
+        Ok(())
+    }
+
+    /// Opens the trace (detecting its format when not given).
+    pub fn open(&self) -> Result<flashrig_trace::Reader, Error> {
+        let format = match &self.format {
+            Some(f) => {
+                f.parse::<Format>().map_err(|e| Error::Input(format!("replay.format: {e}")))?
+            }
+            None => {
+                let text = std::fs::read(&self.trace).map_err(|e| {
+                    Error::Input(format!("replay.trace = {}: {e}", self.trace.display()))
+                })?;
+                let head = String::from_utf8_lossy(&text[..text.len().min(64 * 1024)]);
+                let lines: Vec<&str> = head.lines().take(20).collect();
+                flashrig_trace::detect(&lines).ok_or_else(|| {
+                    Error::Input(format!(
+                        "replay.trace = {}: cannot tell the trace format from its first lines; \
+                         give replay.format",
+                        self.trace.display()
+                    ))
+                })?
+            }
+        };
+        let opts = Options {
+            skip_bad: self.skip_bad,
+            assume_size_bytes: self.assume_size.map(|s| s.bytes()),
+        };
+        flashrig_trace::open_with(&self.trace, format, opts)
+            .map_err(|e| Error::Input(format!("replay.trace: {e}")))
+    }
+}
+
+/// Maps a trace request onto a stack of `num_blocks` blocks of `bs` bytes: (lba, blocks,
+/// wrapped).
+pub fn map_request(r: &Request, bs: u64, num_blocks: u64) -> (u64, u64, bool) {
+    let first = r.offset_bytes / bs;
+    let end = r.end_bytes().div_ceil(bs).max(first + 1);
+    let blocks = (end - first).min(num_blocks);
+    if first + blocks <= num_blocks {
+        (first, blocks, false)
+    } else {
+        (first % (num_blocks - blocks + 1), blocks, true)
+    }
+}
+
+/// What a replay did, besides the latencies.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayCounts {
+    pub requests: u64,
+    pub wrapped: u64,
+    pub skipped_lines: u64,
+    /// Open loop: the largest number of requests in flight at once.
+    pub max_in_flight: u64,
+}
+
+/// One request issued against the stack; records its latency in `out`.
+async fn issue(
+    dev: &DevRef,
+    lba: u64,
+    blocks: u64,
+    write: bool,
+    seq: u64,
+    out: &RefCell<JobOutcome>,
+) {
+    let bs = dev.info().block_size as usize;
+    let mut buf = vec![0u8; blocks as usize * bs];
+    let t0 = now_ns();
+    let res = if write {
+        pattern::fill_blocks(&mut buf, bs, lba, seq, 0x7ace);
+        dev.write(lba, &buf, None, WriteHints::NONE).await
+    } else {
+        dev.read(lba, &mut buf, None).await
+    };
+    let lat = now_ns() - t0;
+    let mut o = out.borrow_mut();
+    o.end_ns = o.end_ns.max(now_ns());
+    match res {
+        Ok(()) if write => {
+            o.writes += 1;
+            o.write_bytes += buf.len() as u64;
+            o.write_latency.record_ns(lat);
+        }
+        Ok(()) => {
+            o.reads += 1;
+            o.read_bytes += buf.len() as u64;
+            o.read_latency.record_ns(lat);
+        }
+        Err(e) => {
+            o.errors += 1;
+            if o.first_error.is_none() {
+                o.first_error = Some(format!(
+                    "{} of {blocks} blocks at {lba}: {e}",
+                    if write { "write" } else { "read" }
+                ));
+            }
+        }
+    }
+}
+
+/// Replays `cfg` against `dev`.
+pub async fn replay(dev: DevRef, cfg: ReplayConfig) -> Result<(JobOutcome, ReplayCounts), Error> {
+    let mut reader = cfg.open()?;
+    let bs = dev.info().block_size as u64;
+    let cap = dev.info().num_blocks;
+    let start = now_ns();
+    let out =
+        Rc::new(RefCell::new(JobOutcome { start_ns: start, end_ns: start, ..Default::default() }));
+    let mut counts = ReplayCounts::default();
+    let limit = cfg.max_requests.unwrap_or(u64::MAX);
+    match cfg.mode {
+        ReplayMode::Open => {
+            let in_flight = Rc::new(RefCell::new(0u64));
+            let mut first_ts = None;
+            let mut tasks = Vec::new();
+            while counts.requests < limit {
+                let Some(r) = reader.next() else { break };
+                let r = r.map_err(|e| Error::Input(e.to_string()))?;
+                let base = *first_ts.get_or_insert(r.time_ns);
+                let due = start + ((r.time_ns.saturating_sub(base)) as f64 / cfg.speed) as u64;
+                if due > now_ns() {
+                    sleep_until_ns(due).await;
+                }
+                let (lba, blocks, wrapped) = map_request(&r, bs, cap);
+                counts.requests += 1;
+                counts.wrapped += wrapped as u64;
+                let (dev, out, inf) = (dev.clone(), out.clone(), in_flight.clone());
+                let seq = counts.requests;
+                *inf.borrow_mut() += 1;
+                counts.max_in_flight = counts.max_in_flight.max(*inf.borrow());
+                tasks.push(spawn(async move {
+                    issue(&dev, lba, blocks, r.write, seq, &out).await;
+                    *inf.borrow_mut() -= 1;
+                }));
+                // Reap finished handles now and then so a long trace does not hold them all.
+                if tasks.len() >= 4096 {
+                    for t in tasks.drain(..) {
+                        t.await;
+                    }
+                }
+            }
+            for t in tasks {
+                t.await;
+            }
+        }
+        ReplayMode::Closed => {
+            let shared = Rc::new(RefCell::new((reader, counts.clone(), None::<Error>)));
+            let mut tasks = Vec::new();
+            for _ in 0..cfg.iodepth {
+                let (dev, out, shared) = (dev.clone(), out.clone(), shared.clone());
+                tasks.push(spawn(async move {
+                    loop {
+                        let next = {
+                            let mut s = shared.borrow_mut();
+                            let (rd, c, err) = &mut *s;
+                            if err.is_some() || c.requests >= limit {
+                                None
+                            } else {
+                                match rd.next() {
+                                    None => None,
+                                    Some(Err(e)) => {
+                                        *err = Some(Error::Input(e.to_string()));
+                                        None
+                                    }
+                                    Some(Ok(r)) => {
+                                        let (lba, blocks, wrapped) = map_request(&r, bs, cap);
+                                        c.requests += 1;
+                                        c.wrapped += wrapped as u64;
+                                        Some((lba, blocks, r.write, c.requests))
+                                    }
+                                }
+                            }
+                        };
+                        let Some((lba, blocks, write, seq)) = next else { break };
+                        issue(&dev, lba, blocks, write, seq, &out).await;
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await;
+            }
+            let Ok(cell) = Rc::try_unwrap(shared) else { unreachable!("every slot has finished") };
+            let (rd, c, err) = cell.into_inner();
+            if let Some(e) = err {
+                return Err(e);
+            }
+            counts = c;
+            counts.max_in_flight = cfg.iodepth as u64;
+            reader = rd;
+        }
+    }
+    counts.skipped_lines = reader.skipped();
+    let o = Rc::try_unwrap(out).expect("every request has finished").into_inner();
+    Ok((o, counts))
+}
+
+/// Fills and overwrites the stack as `p` says (not measured).
+pub async fn precondition(dev: &DevRef, p: &PreconditionConfig, seed: u64) -> Result<(), Error> {
+    let bs = dev.info().block_size as u64;
+    let cap = dev.info().num_blocks;
+    let qd = p.iodepth.max(1) as u64;
+    let run = |write_blocks: u64, count: u64, random: bool, seed: u64| {
+        let dev = dev.clone();
+        async move {
+            let next = Rc::new(RefCell::new((0u64, Xoshiro256PlusPlus::seed_from_u64(seed))));
+            let mut tasks = Vec::new();
+            for _ in 0..qd {
+                let (dev, next) = (dev.clone(), next.clone());
+                tasks.push(spawn(async move {
+                    let mut buf = vec![0u8; (write_blocks * bs) as usize];
+                    loop {
+                        let lba = {
+                            let mut n = next.borrow_mut();
+                            if n.0 >= count {
+                                return Ok(());
+                            }
+                            n.0 += 1;
+                            let slots = cap / write_blocks;
+                            if random {
+                                (n.1.next_u64() % slots) * write_blocks
+                            } else {
+                                ((n.0 - 1) % slots) * write_blocks
+                            }
+                        };
+                        buf[..8].copy_from_slice(&lba.to_le_bytes());
+                        dev.write(lba, &buf, None, WriteHints::NONE)
+                            .await
+                            .map_err(|e| Error::Run(format!("precondition write at {lba}: {e}")))?;
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await?;
+            }
+            Ok::<(), Error>(())
+        }
+    };
+    if p.fill {
+        let fb = (p.fill_bs.bytes() / bs).clamp(1, cap);
+        run(fb, cap / fb, false, seed).await?;
+    }
+    let unit = (4096 / bs).max(1);
+    let n = p.random_overwrite.bytes() / (unit * bs);
+    if n > 0 {
+        run(unit, n, true, seed ^ 0xC0DE).await?;
+    }
+    dev.flush().await.map_err(|e| Error::Run(format!("precondition flush: {e}")))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(off: u64, size: u64) -> Request {
+        Request { time_ns: 0, write: true, offset_bytes: off, size_bytes: size, device: 0 }
+    }
+
+    #[test]
+    fn requests_map_to_whole_blocks_and_wrap() {
+        assert_eq!(map_request(&req(4096, 4096), 4096, 100), (1, 1, false));
+        // 512-byte aligned: rounded out to the blocks it touches.
+        assert_eq!(map_request(&req(4096 + 512, 4096), 4096, 100), (1, 2, false));
+        // Past the end: wraps, keeping its length.
+        assert_eq!(map_request(&req(4096 * 150, 8192), 4096, 100), (150 % 99, 2, true));
+        assert_eq!(map_request(&req(0, 0), 4096, 100), (0, 1, false));
+    }
+}

@@ -1,0 +1,18 @@
+//! flashrig-trace: read real block I/O traces (MSR Cambridge, FIU, SPC/UMass, Alibaba, DiskSim
+//! ASCII as replayed by MQSim/SSDSim, CloudPhysics vscsi CSV, blkparse text) into one
+//! [`Request`] stream, characterise them ([`stats`]), shrink them ([`reduce`]) and write them
+//! back out ([`write`]). Readers stream line by line so multi-GB traces never sit in memory.
+
+pub mod bench;
+pub mod error;
+pub mod formats;
+pub mod record;
+pub mod reduce;
+pub mod stats;
+pub mod write;
+
+pub use bench::bench_parse_msr;
+pub use error::TraceError;
+pub use formats::{detect, open, open_with, Format, Options, Reader};
+pub use record::Request;
+pub use stats::TraceStats;
