@@ -7,6 +7,7 @@ pub mod crashcheck;
 pub mod distribution;
 pub mod error;
 pub mod replay;
+pub mod report;
 pub mod run;
 pub mod size;
 pub mod ssdlab;

@@ -63,6 +63,18 @@ enum Command {
         #[command(subcommand)]
         what: ValidateCommand,
     },
+    /// Compare result files side by side: a table, optionally a CSV and SVG plots.
+    Report {
+        /// Result files written by `flashrig run --json`.
+        #[arg(required = true)]
+        results: Vec<PathBuf>,
+        /// Also write the table as CSV here.
+        #[arg(long)]
+        csv: Option<PathBuf>,
+        /// Draw latency-cdf.svg, throughput.svg and iops.svg into this directory.
+        #[arg(long)]
+        plot: Option<PathBuf>,
+    },
     /// Block traces: statistics, format conversion, reduction.
     Trace {
         #[command(subcommand)]
@@ -322,6 +334,20 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
         Command::Trace { command } => trace(command),
+        Command::Report { results, csv, plot } => {
+            let runs = flashrig::report::load(&results)?;
+            print!("{}", flashrig::report::table(&runs));
+            if let Some(path) = csv {
+                std::fs::write(&path, flashrig::report::csv(&runs))
+                    .map_err(|e| Error::Input(format!("--csv {}: {e}", path.display())))?;
+            }
+            if let Some(dir) = plot {
+                for p in flashrig::report::plots(&runs, &dir)? {
+                    eprintln!("wrote {}", p.display());
+                }
+            }
+            Ok(())
+        }
         Command::Ssd { command: SsdCommand::Presets } => {
             for name in flashrig_ssd::config::preset_names() {
                 let cfg = flashrig_ssd::SsdConfig::preset(name).map_err(Error::Input)?;

@@ -194,16 +194,7 @@ async fn issue(
     let mut o = out.borrow_mut();
     o.end_ns = o.end_ns.max(now_ns());
     match res {
-        Ok(()) if write => {
-            o.writes += 1;
-            o.write_bytes += buf.len() as u64;
-            o.write_latency.record_ns(lat);
-        }
-        Ok(()) => {
-            o.reads += 1;
-            o.read_bytes += buf.len() as u64;
-            o.read_latency.record_ns(lat);
-        }
+        Ok(()) => o.record(now_ns(), !write, buf.len() as u64, lat),
         Err(e) => {
             o.errors += 1;
             if o.first_error.is_none() {

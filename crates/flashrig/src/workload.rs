@@ -31,6 +31,19 @@ pub struct JobOutcome {
     pub end_ns: u64,
     /// The job stopped because its clock never moved (see [`STALL_OPS`]).
     pub stalled: bool,
+    /// Completions per [`SERIES_INTERVAL_NS`] of the runtime's clock since `start_ns`.
+    pub series: Vec<SeriesPoint>,
+}
+
+/// The time series' resolution: one point per second of the runtime's clock (virtual in sim).
+pub const SERIES_INTERVAL_NS: u64 = 1_000_000_000;
+
+/// Completions in one interval of the time series.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SeriesPoint {
+    pub reads: u64,
+    pub writes: u64,
+    pub bytes: u64,
 }
 
 /// Requests a time-limited job may issue before its clock first moves. Beyond this, the stack
@@ -40,6 +53,28 @@ pub const STALL_OPS: u64 = 1_000_000;
 const YIELD_EVERY_OPS: u64 = 64;
 
 impl JobOutcome {
+    /// Records a successful request that completed at `t1_ns` after `latency_ns`.
+    pub fn record(&mut self, t1_ns: u64, read: bool, bytes: u64, latency_ns: u64) {
+        self.end_ns = self.end_ns.max(t1_ns);
+        let i = (t1_ns.saturating_sub(self.start_ns) / SERIES_INTERVAL_NS) as usize;
+        if self.series.len() <= i {
+            self.series.resize(i + 1, SeriesPoint::default());
+        }
+        let p = &mut self.series[i];
+        p.bytes += bytes;
+        if read {
+            self.reads += 1;
+            self.read_bytes += bytes;
+            self.read_latency.record_ns(latency_ns);
+            p.reads += 1;
+        } else {
+            self.writes += 1;
+            self.write_bytes += bytes;
+            self.write_latency.record_ns(latency_ns);
+            p.writes += 1;
+        }
+    }
+
     pub fn merge(&mut self, o: &JobOutcome) {
         self.reads += o.reads;
         self.writes += o.writes;
@@ -54,6 +89,15 @@ impl JobOutcome {
         self.write_latency.merge(&o.write_latency);
         self.start_ns = self.start_ns.min(o.start_ns);
         self.end_ns = self.end_ns.max(o.end_ns);
+        // Jobs start together; their series line up by interval.
+        if self.series.len() < o.series.len() {
+            self.series.resize(o.series.len(), SeriesPoint::default());
+        }
+        for (a, b) in self.series.iter_mut().zip(&o.series) {
+            a.reads += b.reads;
+            a.writes += b.writes;
+            a.bytes += b.bytes;
+        }
     }
 
     pub fn summary(&self) -> WorkloadSummary {
@@ -69,6 +113,15 @@ impl JobOutcome {
         };
         let mut all = self.read_latency.clone();
         all.merge(&self.write_latency);
+        // The CDF at most 200 points, evenly spaced over the recorded values.
+        let cdf = all.cdf();
+        let step = cdf.len().div_ceil(200).max(1);
+        let mut latency_cdf: Vec<(u64, f64)> = cdf.iter().step_by(step).copied().collect();
+        if let Some(&last) = cdf.last() {
+            if latency_cdf.last() != Some(&last) {
+                latency_cdf.push(last);
+            }
+        }
         WorkloadSummary {
             elapsed_ns,
             ios,
@@ -84,6 +137,9 @@ impl JobOutcome {
             latency: all.summary(),
             read_latency: self.read_latency.summary(),
             write_latency: self.write_latency.summary(),
+            latency_cdf,
+            series_interval_ns: SERIES_INTERVAL_NS,
+            series: self.series.clone(),
         }
     }
 }
@@ -107,6 +163,13 @@ pub struct WorkloadSummary {
     pub latency: LatencySummary,
     pub read_latency: LatencySummary,
     pub write_latency: LatencySummary,
+    /// (latency ns, fraction of requests at or below it), all requests.
+    #[serde(default)]
+    pub latency_cdf: Vec<(u64, f64)>,
+    #[serde(default)]
+    pub series_interval_ns: u64,
+    #[serde(default)]
+    pub series: Vec<SeriesPoint>,
 }
 
 /// The shared state of one job's in-flight slots: what to issue next.
@@ -255,16 +318,7 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
                 let mut o = outcome.borrow_mut();
                 o.end_ns = o.end_ns.max(t1);
                 match res {
-                    Ok(()) if op.read => {
-                        o.reads += 1;
-                        o.read_bytes += buf.len() as u64;
-                        o.read_latency.record_ns(t1 - t0);
-                    }
-                    Ok(()) => {
-                        o.writes += 1;
-                        o.write_bytes += buf.len() as u64;
-                        o.write_latency.record_ns(t1 - t0);
-                    }
+                    Ok(()) => o.record(t1, op.read, buf.len() as u64, t1 - t0),
                     Err(e) => {
                         o.errors += 1;
                         if o.first_error.is_none() {

@@ -413,3 +413,68 @@ fn trace_tools_read_count_convert_and_reduce() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("r^2"), "{}", text(&out.stdout));
 }
+
+#[test]
+fn report_compares_runs_and_its_output_parses_back() {
+    let dir = scratch();
+    let d = dir.path();
+    let mut results = Vec::new();
+    for (name, dist) in [("uniform", "uniform"), ("zipf", "zipf:0.9")] {
+        let cfg = write(
+            d,
+            &format!("{name}.toml"),
+            &format!(
+                "runtime = \"sim\"\n[device]\ntype = \"ssd\"\npreset = \"tiny\"\npayload = \"none\"\n\
+                 [workload]\nrw = \"randrw\"\nruntime_ms = 2500\nstamp = false\n\
+                 random_distribution = \"{dist}\"\n"
+            ),
+        );
+        let json = d.join(format!("{name}.json"));
+        let out = flashrig(&["run", cfg.to_str().unwrap(), "--json", json.to_str().unwrap(), "-q"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        // The time series covers every request; the CDF ends at 1.
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let t = &v["workload"]["total"];
+        let series: u64 = t["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["reads"].as_u64().unwrap() + p["writes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(series, t["ios"].as_u64().unwrap());
+        assert!(t["series"].as_array().unwrap().len() >= 3, "2.5 s of virtual time: 3 points");
+        let cdf = t["latency_cdf"].as_array().unwrap();
+        assert_eq!(cdf.last().unwrap()[1].as_f64(), Some(1.0));
+        results.push((name, json, t["ios"].as_u64().unwrap()));
+    }
+    let csv = d.join("r.csv");
+    let plots = d.join("plots");
+    let out = flashrig(&[
+        "report",
+        results[0].1.to_str().unwrap(),
+        results[1].1.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+        "--plot",
+        plots.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.contains("uniform") && table.contains("zipf") && table.contains("SSD WAF"));
+    let csv = std::fs::read_to_string(csv).unwrap();
+    let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows[0][2], "ios");
+    for (i, (name, _, ios)) in results.iter().enumerate() {
+        assert_eq!(rows[i + 1][0], *name);
+        assert_eq!(rows[i + 1][2].parse::<u64>().unwrap(), *ios);
+    }
+    for f in ["latency-cdf.svg", "throughput.svg", "iops.svg"] {
+        let svg = std::fs::read_to_string(plots.join(f)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("uniform"), "{f}");
+    }
+    // A file that is not a result is named.
+    let bogus = write(d, "bogus.json", "{\"hello\": 1}");
+    let out = flashrig(&["report", bogus.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("bogus.json"));
+}

@@ -1,0 +1,258 @@
+//! `flashrig report a.json b.json ...`: runs side by side, as a terminal table, a CSV and
+//! SVG plots (latency CDF, throughput over time, IOPS bars).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use flashrig_metrics::{LayerSnapshot, RunResult};
+use plotters::prelude::*;
+
+use crate::error::Error;
+use crate::run::{human_bytes, human_ns};
+use crate::workload::WorkloadSummary;
+
+/// One run as the report reads it.
+pub struct Run {
+    pub name: String,
+    pub result: RunResult,
+    pub total: WorkloadSummary,
+}
+
+/// Loads result files; a file that is not one is named in the error.
+pub fn load(paths: &[PathBuf]) -> Result<Vec<Run>, Error> {
+    let mut runs = Vec::new();
+    for p in paths {
+        let text = std::fs::read_to_string(p)
+            .map_err(|e| Error::Input(format!("cannot read {}: {e}", p.display())))?;
+        let result = RunResult::from_json(&text)
+            .map_err(|e| Error::Input(format!("{}: {e}", p.display())))?;
+        let total: WorkloadSummary = serde_json::from_value(result.workload["total"].clone())
+            .map_err(|e| Error::Input(format!("{}: workload.total: {e}", p.display())))?;
+        let name =
+            p.file_stem().map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().into());
+        runs.push(Run { name, result, total });
+    }
+    Ok(runs)
+}
+
+/// Write amplification of the SSD layers of a stack (mean over SSDs), if any.
+fn ssd_waf(layer: &LayerSnapshot, acc: &mut Vec<f64>) {
+    if layer.kind == "ssd" {
+        if let Some(w) = layer.values.get("waf_total") {
+            acc.push(*w);
+        }
+    }
+    for c in &layer.children {
+        ssd_waf(c, acc);
+    }
+}
+
+fn waf(run: &Run) -> Option<f64> {
+    let mut v = Vec::new();
+    ssd_waf(&run.result.layers, &mut v);
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// The side-by-side table.
+pub fn table(runs: &[Run]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<20} {:>6} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10} {:>8}",
+        "run", "clock", "IOPS", "bandwidth", "p50", "p99", "p99.9", "max", "SSD WAF"
+    );
+    for r in runs {
+        let t = &r.total;
+        let _ = writeln!(
+            out,
+            "{:<20} {:>6} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10} {:>8}",
+            r.name,
+            r.result.runtime,
+            t.iops.map_or("-".into(), |v| format!("{v:.0}")),
+            t.bandwidth_bytes_per_s.map_or("-".into(), |b| format!("{}/s", human_bytes(b))),
+            human_ns(t.latency.p50_ns),
+            human_ns(t.latency.p99_ns),
+            human_ns(t.latency.p999_ns),
+            human_ns(t.latency.max_ns),
+            waf(r).map_or("-".into(), |w| format!("{w:.2}"))
+        );
+    }
+    out
+}
+
+/// The same as CSV (one row per run).
+pub fn csv(runs: &[Run]) -> String {
+    let mut out = String::from(
+        "run,runtime,ios,reads,writes,bytes,elapsed_ns,iops,bandwidth_bytes_per_s,p50_ns,p99_ns,p999_ns,max_ns,ssd_waf\n",
+    );
+    for r in runs {
+        let t = &r.total;
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            r.name,
+            r.result.runtime,
+            t.ios,
+            t.reads,
+            t.writes,
+            t.bytes,
+            t.elapsed_ns,
+            t.iops.map_or(String::new(), |v| format!("{v:.3}")),
+            t.bandwidth_bytes_per_s.map_or(String::new(), |v| format!("{v:.3}")),
+            t.latency.p50_ns,
+            t.latency.p99_ns,
+            t.latency.p999_ns,
+            t.latency.max_ns,
+            waf(r).map_or(String::new(), |w| format!("{w:.4}"))
+        );
+    }
+    out
+}
+
+fn plot_err(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::Io(format!("cannot draw {}: {e}", path.display()))
+}
+
+/// Draws `latency-cdf.svg`, `throughput.svg` and `iops.svg` into `dir`; returns their paths.
+pub fn plots(runs: &[Run], dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::Input(format!("cannot create {}: {e}", dir.display())))?;
+    let colour = |i: usize| Palette99::pick(i).to_rgba();
+    let mut written = Vec::new();
+
+    // Latency CDF, log-scaled in microseconds.
+    let path = dir.join("latency-cdf.svg");
+    {
+        let max_us = runs
+            .iter()
+            .flat_map(|r| r.total.latency_cdf.last().map(|p| p.0 as f64 / 1e3))
+            .fold(1.0f64, f64::max);
+        let root = SVGBackend::new(&path, (800, 500)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| plot_err(&path, e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption("Latency CDF", ("sans-serif", 22))
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(55)
+            .build_cartesian_2d((0.1f64..max_us * 1.2).log_scale(), 0f64..1f64)
+            .map_err(|e| plot_err(&path, e))?;
+        chart
+            .configure_mesh()
+            .x_desc("latency (µs)")
+            .y_desc("fraction of requests")
+            .draw()
+            .map_err(|e| plot_err(&path, e))?;
+        for (i, r) in runs.iter().enumerate() {
+            let c = colour(i);
+            chart
+                .draw_series(LineSeries::new(
+                    r.total.latency_cdf.iter().map(|&(ns, f)| ((ns as f64 / 1e3).max(0.1), f)),
+                    c.stroke_width(2),
+                ))
+                .map_err(|e| plot_err(&path, e))?
+                .label(r.name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| plot_err(&path, e))?;
+        root.present().map_err(|e| plot_err(&path, e))?;
+    }
+    written.push(path);
+
+    // Throughput over time (MiB/s per interval of the runtime's clock).
+    let path = dir.join("throughput.svg");
+    {
+        let secs = |r: &Run| r.total.series_interval_ns.max(1) as f64 / 1e9;
+        let points: Vec<Vec<(f64, f64)>> = runs
+            .iter()
+            .map(|r| {
+                r.total
+                    .series
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (i as f64 * secs(r), p.bytes as f64 / secs(r) / (1 << 20) as f64))
+                    .collect()
+            })
+            .collect();
+        let max_x = points.iter().flatten().map(|p| p.0).fold(1.0f64, f64::max);
+        let max_y = points.iter().flatten().map(|p| p.1).fold(1.0f64, f64::max);
+        let root = SVGBackend::new(&path, (800, 500)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| plot_err(&path, e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption("Throughput over time", ("sans-serif", 22))
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(65)
+            .build_cartesian_2d(0f64..max_x * 1.05, 0f64..max_y * 1.1)
+            .map_err(|e| plot_err(&path, e))?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s, runtime clock)")
+            .y_desc("MiB/s")
+            .draw()
+            .map_err(|e| plot_err(&path, e))?;
+        for (i, (r, pts)) in runs.iter().zip(&points).enumerate() {
+            let c = colour(i);
+            chart
+                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
+                .map_err(|e| plot_err(&path, e))?
+                .label(r.name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| plot_err(&path, e))?;
+        root.present().map_err(|e| plot_err(&path, e))?;
+    }
+    written.push(path);
+
+    // IOPS bars across runs.
+    let path = dir.join("iops.svg");
+    {
+        let max_y = runs.iter().filter_map(|r| r.total.iops).fold(1.0f64, f64::max);
+        let root = SVGBackend::new(&path, (800, 500)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| plot_err(&path, e))?;
+        let n = runs.len().max(1);
+        let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
+        let mut chart = ChartBuilder::on(&root)
+            .caption("IOPS", ("sans-serif", 22))
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(75)
+            .build_cartesian_2d((0..n).into_segmented(), 0f64..max_y * 1.1)
+            .map_err(|e| plot_err(&path, e))?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) => names.get(*i).cloned().unwrap_or_default(),
+                _ => String::new(),
+            })
+            .y_desc("IOPS")
+            .draw()
+            .map_err(|e| plot_err(&path, e))?;
+        chart
+            .draw_series(runs.iter().enumerate().map(|(i, r)| {
+                let v = r.total.iops.unwrap_or(0.0);
+                Rectangle::new(
+                    [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), v)],
+                    colour(i).filled(),
+                )
+            }))
+            .map_err(|e| plot_err(&path, e))?;
+        root.present().map_err(|e| plot_err(&path, e))?;
+    }
+    written.push(path);
+    Ok(written)
+}
