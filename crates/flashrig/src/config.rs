@@ -235,6 +235,12 @@ pub struct WorkloadConfig {
     pub random_distribution: Distribution,
     /// Bytes of the device the jobs address, from offset 0 (default: all of it).
     pub range: Option<Size>,
+    /// Random offsets are multiples of this (fio's `blockalign`; default: `bs`). A smaller
+    /// alignment than the request size makes unaligned writes (WAFLASH §2.2).
+    pub blockalign: Option<Size>,
+    /// Issue at most this many requests per second per job (fio's `rate_iops`), on the
+    /// runtime's clock.
+    pub rate_iops: Option<u64>,
     /// Flush the stack when the jobs end, and count the flush in the run.
     pub final_flush: bool,
     /// Stamp every written block with its address and version (a header and a CRC, as
@@ -255,6 +261,8 @@ impl Default for WorkloadConfig {
             rwmixread: 50,
             random_distribution: Distribution::Uniform,
             range: None,
+            blockalign: None,
+            rate_iops: None,
             final_flush: true,
             stamp: true,
         }
@@ -337,6 +345,17 @@ impl Config {
         }
         if w.size.map(|s| s.bytes()) == Some(0) {
             return Err("workload.size must be positive".into());
+        }
+        if let Some(a) = w.blockalign {
+            if a.bytes() == 0 || a.bytes() > w.bs.bytes() {
+                return Err(format!(
+                    "workload.blockalign = {a}: must be positive and at most workload.bs ({})",
+                    w.bs
+                ));
+            }
+        }
+        if w.rate_iops == Some(0) {
+            return Err("workload.rate_iops must be positive".into());
         }
         Ok(())
     }

@@ -186,7 +186,12 @@ struct JobState {
     range_blocks: u64,
     req_blocks: u64,
     random: bool,
+    /// Random offsets are multiples of this many blocks.
+    align_blocks: u64,
     sampler: Sampler,
+    /// Rate limit: the earliest time the next request may be issued, and the gap.
+    next_issue_ns: u64,
+    rate_gap_ns: Option<u64>,
     read_percent: u8,
     write_seq: u64,
 }
@@ -196,6 +201,8 @@ struct Op {
     read: bool,
     lba: u64,
     seq: u64,
+    /// Issue no earlier than this (rate limit).
+    at_ns: u64,
 }
 
 impl JobState {
@@ -222,7 +229,7 @@ impl JobState {
         }
         let slots = self.range_blocks / self.req_blocks;
         let lba = if self.random {
-            self.sampler.sample(&mut self.rng) * self.req_blocks
+            self.sampler.sample(&mut self.rng) * self.align_blocks
         } else {
             let l = self.seq_cursor;
             self.seq_cursor = (self.seq_cursor + self.req_blocks) % (slots * self.req_blocks);
@@ -235,7 +242,15 @@ impl JobState {
         };
         self.issued_blocks += self.req_blocks;
         self.write_seq += 1;
-        Some(Op { read, lba, seq: self.write_seq })
+        let mut at_ns = 0;
+        if let Some(gap) = self.rate_gap_ns {
+            at_ns = self.next_issue_ns.max(now_ns());
+            if self.deadline_ns.is_some_and(|d| at_ns >= d) {
+                return None;
+            }
+            self.next_issue_ns = at_ns + gap;
+        }
+        Some(Op { read, lba, seq: self.write_seq, at_ns })
     }
 }
 
@@ -244,6 +259,7 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
     let info = dev.info().clone();
     let bs = info.block_size as u64;
     let req_blocks = (w.bs.bytes() / bs).max(1);
+    let align_blocks = w.blockalign.map_or(req_blocks, |a| (a.bytes() / bs).clamp(1, req_blocks));
     let range_blocks = w.range.map_or(info.num_blocks, |r| (r.bytes() / bs).min(info.num_blocks));
     let jobs = w.jobs as u64;
     let stamp = w.stamp;
@@ -269,11 +285,14 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
         range_blocks,
         req_blocks,
         random: w.rw.is_random(),
+        align_blocks,
         sampler: Sampler::new(
             &w.random_distribution,
-            (range_blocks / req_blocks).max(1),
+            (range_blocks.saturating_sub(req_blocks) / align_blocks + 1).max(1),
             seed ^ 0x5EED,
         ),
+        next_issue_ns: 0,
+        rate_gap_ns: w.rate_iops.map(|r| (1_000_000_000 / r).max(1)),
         read_percent: w.rw.read_percent(w.rwmixread),
         write_seq: 0,
     }));
@@ -301,6 +320,9 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
                     // A stack that completes at once (RAM) never suspends this loop; yield now
                     // and then so the other slots and jobs of this reactor run alongside.
                     yield_now().await;
+                }
+                if op.at_ns > now_ns() {
+                    flashrig_runtime::sleep_until_ns(op.at_ns).await;
                 }
                 // Latency counts from submission: preparing the data is the client's work.
                 if !op.read && stamp {

@@ -478,3 +478,41 @@ fn report_compares_runs_and_its_output_parses_back() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("bogus.json"));
 }
+
+#[test]
+fn rate_limits_and_block_alignment_are_honoured() {
+    let dir = scratch();
+    let d = dir.path();
+    let run = |name: &str, body: &str| -> serde_json::Value {
+        let cfg = write(d, &format!("{name}.toml"), body);
+        let json = d.join(format!("{name}.json"));
+        let out = flashrig(&["run", cfg.to_str().unwrap(), "--json", json.to_str().unwrap(), "-q"]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
+    };
+    // 2,000 requests per second for one virtual second on a 10 us RAM disk: 2,000 requests,
+    // although queue depth 32 could do 3.2 million.
+    let v = run(
+        "rate",
+        "runtime = \"sim\"\n[device]\ntype = \"ram\"\ncapacity = \"64MiB\"\nlatency_ns = 10000\n\
+         [workload]\nrw = \"randread\"\nruntime_ms = 1000\nrate_iops = 2000\n",
+    );
+    let ios = v["workload"]["total"]["ios"].as_u64().unwrap();
+    assert!((1999..=2001).contains(&ios), "{ios} requests at 2000/s for 1 s");
+    // 4 KiB writes at 512-byte alignment on a sector-addressed SSD straddle mapping units and
+    // need read-modify-writes; at the default (4 KiB) alignment they need none.
+    let ssd = |align: &str| {
+        format!(
+            "runtime = \"sim\"\n[device]\ntype = \"ssd\"\npreset = \"tiny\"\n\
+             [device.firmware]\nblock_bytes = 512\n[device.geometry]\noob_bytes_per_page = 256\n\
+             [workload]\nrw = \"randwrite\"\nruntime_ms = 300\n{align}"
+        )
+    };
+    let rmw = |v: &serde_json::Value| v["layers"]["counters"]["rmw_reads"].as_u64().unwrap();
+    assert_eq!(rmw(&run("aligned", &ssd(""))), 0);
+    assert!(rmw(&run("unaligned", &ssd("blockalign = 512\n"))) > 0);
+    let bad = write(d, "bad.toml", "[workload]\nbs = \"4KiB\"\nblockalign = \"8KiB\"\n");
+    let out = flashrig(&["run", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("blockalign"));
+}
