@@ -153,6 +153,24 @@ enum TraceCommand {
         #[arg(long, default_value = "msr")]
         to: String,
     },
+    /// Generate a synthetic trace with the read/write mix and mean sizes of a row of
+    /// ScalaAFA's Table 2 (proxy0, prn, src2, CFS, DAP, webmail).
+    Synth {
+        /// The Table 2 row to imitate.
+        #[arg(long)]
+        like: String,
+        #[arg(long, default_value_t = 10_000)]
+        requests: u64,
+        /// Address span (for example 16GiB).
+        #[arg(long, default_value = "16GiB")]
+        span: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, short = 'o')]
+        out: PathBuf,
+        #[arg(long, default_value = "msr")]
+        to: String,
+    },
     /// Shrink a trace (the thesis' segment- or subset-based method) and check the
     /// update-frequency distribution (r^2).
     Reduce {
@@ -410,6 +428,23 @@ fn trace(cmd: TraceCommand) -> Result<(), Error> {
                 from.name(),
                 out.display()
             );
+        }
+        TraceCommand::Synth { like, requests, span, seed, out, to } => {
+            let row = tracecmd::TABLE2
+                .iter()
+                .find(|r| r.name.eq_ignore_ascii_case(like))
+                .ok_or_else(|| {
+                    Error::Input(format!(
+                        "--like {like}: not a row of ScalaAFA Table 2 ({})",
+                        tracecmd::TABLE2.iter().map(|r| r.name).collect::<Vec<_>>().join(", ")
+                    ))
+                })?;
+            let span = size_arg("--span", &Some(span.clone()))?.unwrap_or(0);
+            if span < 1 << 20 {
+                return Err(Error::Input(format!("--span: at least 1 MiB, got {span} bytes")));
+            }
+            let reqs = tracecmd::synth(row, *requests, span, *seed);
+            tracecmd::write_trace(&reqs, out, to)?;
         }
         TraceCommand::Reduce { input, out, method, capacity, factor, to } => {
             let cap = size_arg("--capacity", capacity)?;

@@ -154,3 +154,85 @@ pub fn reduce(
         r::R_SQUARED_BOUND
     ))
 }
+
+/// One row of ScalaAFA's Table 2 (write and read counts in Kops, average sizes in KB).
+pub struct Table2Row {
+    pub name: &'static str,
+    pub writes_kops: f64,
+    pub reads_kops: f64,
+    pub avg_write_kb: f64,
+    pub avg_read_kb: f64,
+}
+
+/// ScalaAFA (ATC'24) Table 2, the traces its evaluation replays.
+pub const TABLE2: [Table2Row; 6] = [
+    Table2Row {
+        name: "proxy0",
+        writes_kops: 12135.4,
+        reads_kops: 383.5,
+        avg_write_kb: 4.6,
+        avg_read_kb: 8.3,
+    },
+    Table2Row {
+        name: "prn",
+        writes_kops: 7753.0,
+        reads_kops: 9066.3,
+        avg_write_kb: 10.4,
+        avg_read_kb: 22.5,
+    },
+    Table2Row {
+        name: "src2",
+        writes_kops: 2201.1,
+        reads_kops: 1171.3,
+        avg_write_kb: 23.2,
+        avg_read_kb: 54.8,
+    },
+    Table2Row {
+        name: "CFS",
+        writes_kops: 1173.0,
+        reads_kops: 3304.1,
+        avg_write_kb: 12.6,
+        avg_read_kb: 8.7,
+    },
+    Table2Row {
+        name: "DAP",
+        writes_kops: 475.3,
+        reads_kops: 610.4,
+        avg_write_kb: 97.2,
+        avg_read_kb: 62.1,
+    },
+    Table2Row {
+        name: "webmail",
+        writes_kops: 6381.9,
+        reads_kops: 1413.8,
+        avg_write_kb: 4.0,
+        avg_read_kb: 4.0,
+    },
+];
+
+/// A synthetic trace with a Table 2 row's read/write mix and average sizes: `requests`
+/// requests, Poisson arrivals at 1,000 per second, sizes exponential around the row's averages
+/// in 512-byte sectors, offsets uniform over `span_bytes` at sector granularity. Seeded, so
+/// the same arguments give the same trace. It matches the row's mix and mean sizes, not the
+/// real trace's locality; say so wherever it is used.
+pub fn synth(row: &Table2Row, requests: u64, span_bytes: u64, seed: u64) -> Vec<Request> {
+    use rand_core::{Rng, SeedableRng};
+    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
+    let unit = |rng: &mut rand_xoshiro::Xoshiro256PlusPlus| {
+        ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    let write_share = row.writes_kops / (row.writes_kops + row.reads_kops);
+    let mut t = 0u64;
+    (0..requests)
+        .map(|_| {
+            t += (-unit(&mut rng).ln() * 1e6) as u64; // mean 1 ms between arrivals
+            let write = unit(&mut rng) < write_share;
+            let mean_sectors = if write { row.avg_write_kb } else { row.avg_read_kb } * 2.0;
+            // Exponential sizes with the row's mean (at least one sector: mean - 1 above it).
+            let extra = -unit(&mut rng).ln() * (mean_sectors - 1.0).max(0.0);
+            let size_bytes = (1 + extra.round() as u64) * 512;
+            let offset_bytes = rng.next_u64() % (span_bytes / 512) * 512;
+            Request { time_ns: t, write, offset_bytes, size_bytes, device: 0 }
+        })
+        .collect()
+}

@@ -516,3 +516,65 @@ fn rate_limits_and_block_alignment_are_honoured() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("blockalign"));
 }
+
+#[test]
+fn synthetic_traces_match_their_table_2_rows() {
+    // ScalaAFA Table 2: (row, write share, avg write KB, avg read KB).
+    let rows = [
+        ("proxy0", 12135.4 / (12135.4 + 383.5), 4.6, 8.3),
+        ("prn", 7753.0 / (7753.0 + 9066.3), 10.4, 22.5),
+        ("DAP", 475.3 / (475.3 + 610.4), 97.2, 62.1),
+    ];
+    let dir = scratch();
+    let stats = |path: &Path| -> serde_json::Value {
+        let out = flashrig(&["trace", "stats", path.to_str().unwrap(), "--json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["stats"].clone()
+    };
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/samples");
+    for (row, share, wkb, rkb) in rows {
+        let generated = dir.path().join(format!("{row}.csv"));
+        let out = flashrig(&[
+            "trace",
+            "synth",
+            "--like",
+            row,
+            "--requests",
+            "50000",
+            "-o",
+            generated.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        // 50,000 requests: tight; the committed 2,000-request samples: loose.
+        for (path, tol) in [(generated, 0.03), (samples.join(format!("{row}-synth.csv")), 0.10)] {
+            let s = stats(&path);
+            let (w, r) = (s["write_count"].as_f64().unwrap(), s["read_count"].as_f64().unwrap());
+            assert!(
+                (w / (w + r) - share).abs() < tol,
+                "{}: write share {}",
+                path.display(),
+                w / (w + r)
+            );
+            for (got, want) in [
+                (s["avg_write_kib"].as_f64().unwrap(), wkb),
+                (s["avg_read_kib"].as_f64().unwrap(), rkb),
+            ] {
+                assert!(
+                    (got / want - 1.0).abs() < tol.max(0.03) * 2.0,
+                    "{}: {got} vs {want}",
+                    path.display()
+                );
+            }
+        }
+    }
+    let out = flashrig(&[
+        "trace",
+        "synth",
+        "--like",
+        "nope",
+        "-o",
+        dir.path().join("x").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("Table 2"));
+}
