@@ -18,14 +18,12 @@ use std::rc::Rc;
 use flashrig_blockdev::{DevRef, WriteHints};
 use flashrig_check::pattern;
 use flashrig_runtime::{now_ns, sleep_until_ns, spawn};
-use flashrig_trace::{Format, Options, Request};
-use rand_core::{Rng, SeedableRng};
-use rand_xoshiro::Xoshiro256PlusPlus;
+use flashrig_trace::{Format, Request};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::size::Size;
-use crate::workload::JobOutcome;
+use crate::workload::{closed_loop, Access, JobOutcome};
 
 /// How a trace is replayed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,31 +119,13 @@ impl ReplayConfig {
 
     /// Opens the trace (detecting its format when not given).
     pub fn open(&self) -> Result<flashrig_trace::Reader, Error> {
-        let format = match &self.format {
-            Some(f) => {
-                f.parse::<Format>().map_err(|e| Error::Input(format!("replay.format: {e}")))?
-            }
-            None => {
-                let text = std::fs::read(&self.trace).map_err(|e| {
-                    Error::Input(format!("replay.trace = {}: {e}", self.trace.display()))
-                })?;
-                let head = String::from_utf8_lossy(&text[..text.len().min(64 * 1024)]);
-                let lines: Vec<&str> = head.lines().take(20).collect();
-                flashrig_trace::detect(&lines).ok_or_else(|| {
-                    Error::Input(format!(
-                        "replay.trace = {}: cannot tell the trace format from its first lines; \
-                         give replay.format",
-                        self.trace.display()
-                    ))
-                })?
-            }
-        };
-        let opts = Options {
+        let source = crate::tracecmd::Source {
+            path: &self.trace,
+            format: self.format.as_deref(),
             skip_bad: self.skip_bad,
             assume_size_bytes: self.assume_size.map(|s| s.bytes()),
         };
-        flashrig_trace::open_with(&self.trace, format, opts)
-            .map_err(|e| Error::Input(format!("replay.trace: {e}")))
+        source.open().map_err(|e| Error::Input(format!("replay.trace: {e}")))
     }
 }
 
@@ -308,50 +288,19 @@ pub async fn precondition(dev: &DevRef, p: &PreconditionConfig, seed: u64) -> Re
     let bs = dev.info().block_size as u64;
     let cap = dev.info().num_blocks;
     let qd = p.iodepth.max(1) as u64;
-    let run = |write_blocks: u64, count: u64, random: bool, seed: u64| {
-        let dev = dev.clone();
-        async move {
-            let next = Rc::new(RefCell::new((0u64, Xoshiro256PlusPlus::seed_from_u64(seed))));
-            let mut tasks = Vec::new();
-            for _ in 0..qd {
-                let (dev, next) = (dev.clone(), next.clone());
-                tasks.push(spawn(async move {
-                    let mut buf = vec![0u8; (write_blocks * bs) as usize];
-                    loop {
-                        let lba = {
-                            let mut n = next.borrow_mut();
-                            if n.0 >= count {
-                                return Ok(());
-                            }
-                            n.0 += 1;
-                            let slots = cap / write_blocks;
-                            if random {
-                                (n.1.next_u64() % slots) * write_blocks
-                            } else {
-                                ((n.0 - 1) % slots) * write_blocks
-                            }
-                        };
-                        buf[..8].copy_from_slice(&lba.to_le_bytes());
-                        dev.write(lba, &buf, None, WriteHints::NONE)
-                            .await
-                            .map_err(|e| Error::Run(format!("precondition write at {lba}: {e}")))?;
-                    }
-                }));
-            }
-            for t in tasks {
-                t.await?;
-            }
-            Ok::<(), Error>(())
-        }
-    };
+    let failed = |e: flashrig_blockdev::DevError| Error::Run(format!("precondition: {e}"));
     if p.fill {
         let fb = (p.fill_bs.bytes() / bs).clamp(1, cap);
-        run(fb, cap / fb, false, seed).await?;
+        closed_loop(dev.clone(), true, Access::Seq, fb, qd, cap / fb, cap, seed)
+            .await
+            .map_err(failed)?;
     }
-    let unit = (4096 / bs).max(1);
+    let unit = (4096 / bs).clamp(1, cap);
     let n = p.random_overwrite.bytes() / (unit * bs);
     if n > 0 {
-        run(unit, n, true, seed ^ 0xC0DE).await?;
+        closed_loop(dev.clone(), true, Access::Rand, unit, qd, n, cap, seed ^ 0xC0DE)
+            .await
+            .map_err(failed)?;
     }
     dev.flush().await.map_err(|e| Error::Run(format!("precondition flush: {e}")))?;
     Ok(())

@@ -1,7 +1,7 @@
 //! Measurements of the emulated SSD itself: the validation report (`flashrig validate ssd`)
 //! and the simulation-speed and memory benchmarks (`flashrig bench ssd`).
 //!
-//! Both drive an [`Ssd`] directly with closed-loop jobs on the simulated runtime, because they
+//! Both drive an [`Ssd`] directly (with [`closed_loop`]) with closed-loop jobs on the simulated runtime, because they
 //! need what a `flashrig run` job does not do: precondition the device, then measure a window
 //! of steady state.
 
@@ -9,72 +9,13 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
-use flashrig_blockdev::{DevRef, WriteHints};
-use flashrig_runtime::{now_ns, run, spawn, RuntimeKind};
+use flashrig_blockdev::DevRef;
+use flashrig_runtime::{run, RuntimeKind};
 use flashrig_ssd::config::{CellType, GcPolicy};
 use flashrig_ssd::firmware::ftl::FtlCounters;
 use flashrig_ssd::{PayloadMode, Ssd, SsdConfig};
-use rand_core::{Rng, SeedableRng};
-use rand_xoshiro::Xoshiro256PlusPlus;
 
-/// Sequential or uniformly random offsets.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    Seq,
-    Rand,
-}
-
-/// A closed loop of `count` commands of `bs_blocks` blocks at queue depth `qd` over the first
-/// `range_blocks` blocks. Returns (virtual ns elapsed, commands done).
-// The parameters are one job's settings, each spelled out at the call site as in an fio line.
-#[allow(clippy::too_many_arguments)]
-pub async fn closed_loop(
-    dev: DevRef,
-    write: bool,
-    access: Access,
-    bs_blocks: u64,
-    qd: u64,
-    count: u64,
-    range_blocks: u64,
-    seed: u64,
-) -> (u64, u64) {
-    let start = now_ns();
-    let slots = range_blocks / bs_blocks;
-    // Every task of the loop runs on this reactor, so a plain cell hands out the commands.
-    let next = std::rc::Rc::new(std::cell::Cell::new(0u64));
-    let mut tasks = Vec::new();
-    for q in 0..qd {
-        let (dev, next) = (dev.clone(), next.clone());
-        tasks.push(spawn(async move {
-            let bs = dev.info().block_size as usize;
-            let mut buf = vec![0u8; bs * bs_blocks as usize];
-            let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed.wrapping_mul(1_000_003) + q);
-            loop {
-                let i = next.get();
-                if i >= count {
-                    break;
-                }
-                next.set(i + 1);
-                let slot = match access {
-                    Access::Seq => i % slots,
-                    Access::Rand => rng.next_u64() % slots,
-                };
-                let lba = slot * bs_blocks;
-                if write {
-                    // Distinct bytes per write, so payload modes that keep data see real data.
-                    buf[..8].copy_from_slice(&i.to_le_bytes());
-                    dev.write(lba, &buf, None, WriteHints::NONE).await.expect("ssd write");
-                } else {
-                    dev.read(lba, &mut buf, None).await.expect("ssd read");
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await;
-    }
-    (now_ns() - start, count)
-}
+pub use crate::workload::{closed_loop, Access};
 
 fn ftl_counters(ssd: &Ssd) -> FtlCounters {
     ssd.with_controller(|c| c.ftl.counters())
@@ -114,9 +55,10 @@ pub fn measure_waf(cfg: SsdConfig, warm: f64, measure: f64, seed: u64) -> f64 {
         let ssd = Arc::new(Ssd::new("waf", &cfg).expect("valid configuration"));
         let dev: DevRef = ssd.clone();
         let n = dev.info().num_blocks;
-        closed_loop(dev.clone(), true, Access::Seq, 1, 32, n, n, seed).await;
+        closed_loop(dev.clone(), true, Access::Seq, 1, 32, n, n, seed).await.expect("SSD I/O");
         closed_loop(dev.clone(), true, Access::Rand, 1, 32, (n as f64 * warm) as u64, n, seed + 1)
-            .await;
+            .await
+            .expect("SSD I/O");
         let c0 = ftl_counters(&ssd);
         closed_loop(
             dev.clone(),
@@ -128,7 +70,8 @@ pub fn measure_waf(cfg: SsdConfig, warm: f64, measure: f64, seed: u64) -> f64 {
             n,
             seed + 2,
         )
-        .await;
+        .await
+        .expect("SSD I/O");
         let c1 = ftl_counters(&ssd);
         (units_programmed(&c1) - units_programmed(&c0)) as f64
             / (c1.host_slots - c0.host_slots) as f64
@@ -224,13 +167,15 @@ pub fn bandwidth_980pro(quick: bool) -> Vec<(String, String, String)> {
                     range,
                     1,
                 )
-                .await;
+                .await
+                .expect("SSD I/O");
                 dev.flush().await.expect("flush");
             }
             let blocks = if big { big_blocks } else { 1 };
             let count = if big { range / big_blocks } else { n_rand };
-            let (ns, ios) =
-                closed_loop(dev.clone(), write, access, blocks, qd, count, range, 2).await;
+            let (ns, ios) = closed_loop(dev.clone(), write, access, blocks, qd, count, range, 2)
+                .await
+                .expect("SSD I/O");
             (ns, ios, blocks * bs)
         });
         r
@@ -331,10 +276,10 @@ pub fn bench_sim_speed(ios: u64) -> (u64, f64) {
         let ssd = Arc::new(Ssd::new("tiny", &cfg).expect("valid"));
         let dev: DevRef = ssd.clone();
         let n = dev.info().num_blocks;
-        closed_loop(dev.clone(), true, Access::Seq, 1, 32, n, n, 1).await;
-        closed_loop(dev.clone(), true, Access::Rand, 1, 32, 2 * n, n, 2).await;
+        closed_loop(dev.clone(), true, Access::Seq, 1, 32, n, n, 1).await.expect("SSD I/O");
+        closed_loop(dev.clone(), true, Access::Rand, 1, 32, 2 * n, n, 2).await.expect("SSD I/O");
         let t = Instant::now();
-        closed_loop(dev.clone(), true, Access::Rand, 1, 32, ios, n, 3).await;
+        closed_loop(dev.clone(), true, Access::Rand, 1, 32, ios, n, 3).await.expect("SSD I/O");
         (ios, t.elapsed().as_secs_f64())
     });
     r
@@ -352,7 +297,7 @@ pub fn bench_tag_memory(preset: &str) -> (u64, u64, f64) {
         let n = dev.info().num_blocks;
         let bs = dev.info().block_size as u64;
         let big = (128 * 1024 / bs).max(1);
-        closed_loop(dev.clone(), true, Access::Seq, big, 32, n / big, n, 1).await;
+        closed_loop(dev.clone(), true, Access::Seq, big, 32, n / big, n, 1).await.expect("SSD I/O");
         dev.flush().await.expect("flush");
         n * bs
     });

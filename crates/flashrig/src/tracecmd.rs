@@ -18,20 +18,15 @@ pub struct Source<'a> {
 impl Source<'_> {
     pub fn open(&self) -> Result<Reader, Error> {
         let format = match self.format {
-            Some(f) => f.parse::<Format>().map_err(|e| Error::Input(format!("--format: {e}")))?,
-            None => {
-                let text = std::fs::read(self.path).map_err(|e| {
-                    Error::Input(format!("cannot read {}: {e}", self.path.display()))
-                })?;
-                let head = String::from_utf8_lossy(&text[..text.len().min(64 * 1024)]);
-                let lines: Vec<&str> = head.lines().take(20).collect();
-                flashrig_trace::detect(&lines).ok_or_else(|| {
+            Some(f) => f.parse::<Format>().map_err(|e| Error::Input(format!("format: {e}")))?,
+            None => flashrig_trace::detect_file(self.path)
+                .map_err(|e| Error::Input(e.to_string()))?
+                .ok_or_else(|| {
                     Error::Input(format!(
-                        "{}: cannot tell the trace format from its first lines; give --format",
+                        "{}: cannot tell the trace format from its first lines; give the format",
                         self.path.display()
                     ))
-                })?
-            }
+                })?,
         };
         let opts = Options { skip_bad: self.skip_bad, assume_size_bytes: self.assume_size_bytes };
         flashrig_trace::open_with(self.path, format, opts).map_err(|e| Error::Input(e.to_string()))

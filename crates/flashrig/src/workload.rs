@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use flashrig_blockdev::{DevRef, WriteHints};
+use flashrig_blockdev::{DevError, DevRef, DevResult, WriteHints};
 use flashrig_check::pattern;
 use flashrig_metrics::{LatencyHistogram, LatencySummary};
 use flashrig_runtime::{now_ns, spawn, yield_now};
@@ -357,4 +357,65 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
     let mut o = outcome.borrow().clone();
     o.stalled = state.borrow().stalled;
     o
+}
+
+/// Sequential or uniformly random offsets.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Seq,
+    Rand,
+}
+
+/// A closed loop of `count` commands of `bs_blocks` blocks at queue depth `qd` over the first
+/// `range_blocks` blocks, writing a distinct first 8 bytes each time. Returns (runtime ns elapsed,
+/// commands done), or the first error. Preconditioning and the SSD's own measurements use it.
+// The parameters are one job's settings, each spelled out at the call site as in an fio line.
+#[allow(clippy::too_many_arguments)]
+pub async fn closed_loop(
+    dev: DevRef,
+    write: bool,
+    access: Access,
+    bs_blocks: u64,
+    qd: u64,
+    count: u64,
+    range_blocks: u64,
+    seed: u64,
+) -> DevResult<(u64, u64)> {
+    let start = now_ns();
+    let slots = range_blocks / bs_blocks;
+    // Every task of the loop runs on this reactor, so a plain cell hands out the commands.
+    let next = std::rc::Rc::new(std::cell::Cell::new(0u64));
+    let mut tasks = Vec::new();
+    for q in 0..qd {
+        let (dev, next) = (dev.clone(), next.clone());
+        tasks.push(spawn(async move {
+            let bs = dev.info().block_size as usize;
+            let mut buf = vec![0u8; bs * bs_blocks as usize];
+            let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed.wrapping_mul(1_000_003) + q);
+            loop {
+                let i = next.get();
+                if i >= count {
+                    break;
+                }
+                next.set(i + 1);
+                let slot = match access {
+                    Access::Seq => i % slots,
+                    Access::Rand => rng.next_u64() % slots,
+                };
+                let lba = slot * bs_blocks;
+                if write {
+                    // Distinct bytes per write, so payload modes that keep data see real data.
+                    buf[..8].copy_from_slice(&i.to_le_bytes());
+                    dev.write(lba, &buf, None, WriteHints::NONE).await?;
+                } else {
+                    dev.read(lba, &mut buf, None).await?;
+                }
+            }
+            Ok::<(), DevError>(())
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    Ok((now_ns() - start, count))
 }

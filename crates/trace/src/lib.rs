@@ -13,6 +13,6 @@ pub mod write;
 
 pub use bench::bench_parse_msr;
 pub use error::TraceError;
-pub use formats::{detect, open, open_with, Format, Options, Reader};
+pub use formats::{detect, detect_file, open, open_with, Format, Options, Reader};
 pub use record::Request;
 pub use stats::TraceStats;

@@ -1,6 +1,6 @@
 //! Stats on a hand-made trace with hand-computed answers, reduction keeping the thesis'
-//! update-frequency r² within bound on a synthetic skewed trace, writer round trips, and the
-//! parse-speed benchmark (ignored; run with `cargo test --release -- --ignored`).
+//! update-frequency r² within bound on a synthetic skewed trace, writer round trips, and a
+//! smoke run of the parse benchmark's generator (the speed is `flashrig bench trace`).
 
 use std::io::Cursor;
 
@@ -138,14 +138,8 @@ fn disksim_round_trip() {
     assert_eq!(String::from_utf8(out).unwrap(), "5 1 1 1 0\n");
 }
 
-#[test]
-#[ignore = "benchmark; run with cargo test --release -- --ignored --nocapture"]
-fn bench_msr_parse_speed() {
-    let (n, secs) = bench_parse_msr(5_000_000);
-    assert_eq!(n, 5_000_000);
-    println!("parsed {n} MSR lines in {secs:.3} s = {:.2} M lines/s", n as f64 / secs / 1e6);
-}
-
+// The parse-speed measurement itself is `flashrig bench trace` (docs/benchmarks.md): timing
+// belongs in benchmarks, not tests.
 #[test]
 fn bench_small_smoke() {
     assert_eq!(bench_parse_msr(1000).0, 1000);

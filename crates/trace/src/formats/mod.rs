@@ -240,6 +240,23 @@ pub fn open_with(
     Ok(Reader::from_bufread(name, Box::new(BufReader::with_capacity(1 << 16, f)), format, opts))
 }
 
+/// Guess a file's format from its first 20 lines, reading at most 64 KiB of it (so a
+/// multi-GB trace is not read to detect it); `Ok(None)` when no format fits. See [`detect`].
+pub fn detect_file(path: impl AsRef<Path>) -> Result<Option<Format>, TraceError> {
+    use std::io::Read;
+    let path = path.as_ref();
+    let file = path
+        .file_name()
+        .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let mut head = Vec::new();
+    File::open(path)
+        .and_then(|f| f.take(64 * 1024).read_to_end(&mut head))
+        .map_err(|source| TraceError::Io { file, source })?;
+    let text = String::from_utf8_lossy(&head);
+    let lines: Vec<&str> = text.lines().take(20).collect();
+    Ok(detect(&lines))
+}
+
 /// Guess the format from a file's first lines: the first format (in [`Format::ALL`] order)
 /// that parses every given line without error and yields at least one request. Reduced MSR
 /// traces without sizes are recognised as `msr` (reading them still needs
