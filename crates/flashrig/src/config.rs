@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::distribution::Distribution;
 use crate::error::Error;
 use crate::replay::{PreconditionConfig, ReplayConfig};
-use crate::size::Size;
+use crate::size::{BlockSizeMix, Size};
 
 /// The built-in default configuration, shown by `flashrig config show` and run by
 /// `flashrig run` without a file.
@@ -219,6 +219,10 @@ pub struct WorkloadConfig {
     pub rw: Pattern,
     /// Request size.
     pub bs: Size,
+    /// A mix of request sizes (fio's `bssplit`, e.g. `"4k/70:64k/30"`); when given, it replaces
+    /// `bs`.
+    #[serde(skip_serializing_if = "BlockSizeMix::is_empty")]
+    pub bssplit: BlockSizeMix,
     /// Requests each job keeps in flight.
     pub iodepth: u32,
     /// Jobs, spread round robin over the reactors.
@@ -233,8 +237,11 @@ pub struct WorkloadConfig {
     /// Offsets of random patterns: `uniform`, `zipf:θ`, `pareto:h`, `zoned:a/r:...` (fio's
     /// `random_distribution`; hot/cold is `zoned:90/10:10/90`).
     pub random_distribution: Distribution,
-    /// Bytes of the device the jobs address, from offset 0 (default: all of it).
+    /// Bytes of the device the jobs address, from `offset` (default: all of it after `offset`).
     pub range: Option<Size>,
+    /// Where the addressed range starts (fio's `offset`; default 0). On a stack with 512-byte
+    /// blocks an offset that is not a multiple of the page size misaligns every request.
+    pub offset: Option<Size>,
     /// Random offsets are multiples of this (fio's `blockalign`; default: `bs`). A smaller
     /// alignment than the request size makes unaligned writes (WAFLASH §2.2).
     pub blockalign: Option<Size>,
@@ -249,11 +256,31 @@ pub struct WorkloadConfig {
     pub stamp: bool,
 }
 
+impl WorkloadConfig {
+    /// The largest request a job issues (`bs`, or the largest size of `bssplit`).
+    pub fn max_request_bytes(&self) -> u64 {
+        self.bssplit.max_bytes().unwrap_or(self.bs.bytes())
+    }
+    /// The smallest request a job issues.
+    pub fn min_request_bytes(&self) -> u64 {
+        self.bssplit.min_bytes().unwrap_or(self.bs.bytes())
+    }
+    /// The request sizes a job issues.
+    pub fn request_sizes(&self) -> Vec<Size> {
+        if self.bssplit.is_empty() {
+            vec![self.bs]
+        } else {
+            self.bssplit.0.iter().map(|&(s, _)| s).collect()
+        }
+    }
+}
+
 impl Default for WorkloadConfig {
     fn default() -> Self {
         Self {
             rw: Pattern::RandWrite,
             bs: Size::kib(4),
+            bssplit: BlockSizeMix::default(),
             iodepth: 32,
             jobs: 1,
             size: None,
@@ -261,6 +288,7 @@ impl Default for WorkloadConfig {
             rwmixread: 50,
             random_distribution: Distribution::Uniform,
             range: None,
+            offset: None,
             blockalign: None,
             rate_iops: None,
             final_flush: true,
@@ -347,10 +375,12 @@ impl Config {
             return Err("workload.size must be positive".into());
         }
         if let Some(a) = w.blockalign {
-            if a.bytes() == 0 || a.bytes() > w.bs.bytes() {
+            let smallest = w.min_request_bytes();
+            if a.bytes() == 0 || a.bytes() > smallest {
                 return Err(format!(
-                    "workload.blockalign = {a}: must be positive and at most workload.bs ({})",
-                    w.bs
+                    "workload.blockalign = {a}: must be positive and at most the smallest request \
+                     size ({})",
+                    Size(smallest)
                 ));
             }
         }

@@ -6,6 +6,7 @@ pub mod config;
 pub mod crashcheck;
 pub mod distribution;
 pub mod error;
+pub mod fiojob;
 pub mod replay;
 pub mod report;
 pub mod run;

@@ -31,6 +31,9 @@ enum Command {
     Run {
         /// Configuration file (TOML). See `flashrig config show` for every option.
         config: Option<PathBuf>,
+        /// Take the workload from an fio job file (the configuration supplies the stack).
+        #[command(flatten)]
+        fio: FioArgs,
         /// Override the configuration's seed.
         #[arg(long)]
         seed: Option<u64>,
@@ -68,10 +71,13 @@ enum Command {
         /// Result files written by `flashrig run --json`.
         #[arg(required = true)]
         results: Vec<PathBuf>,
-        /// Also write the table as CSV here.
+        /// Also write the table as CSV here (a row per run and per job).
         #[arg(long)]
         csv: Option<PathBuf>,
-        /// Draw latency-cdf.svg, throughput.svg and iops.svg into this directory.
+        /// Write the per-second time series of every run and job as CSV here.
+        #[arg(long)]
+        series_csv: Option<PathBuf>,
+        /// Draw latency-cdf, throughput and iops plots (SVG and PNG) into this directory.
         #[arg(long)]
         plot: Option<PathBuf>,
     },
@@ -99,7 +105,20 @@ enum ConfigCommand {
     Show {
         /// Configuration file (TOML); the built-in default without one.
         config: Option<PathBuf>,
+        #[command(flatten)]
+        fio: FioArgs,
     },
+}
+
+/// A workload from an fio job file.
+#[derive(clap::Args)]
+struct FioArgs {
+    /// An fio job file whose job replaces the configuration's workload.
+    #[arg(long, value_name = "JOBFILE")]
+    fio: Option<PathBuf>,
+    /// The job section to run when the file has several.
+    #[arg(long, requires = "fio")]
+    section: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -259,10 +278,40 @@ fn load(config: Option<&PathBuf>) -> Result<Config, Error> {
     }
 }
 
+/// Loads the configuration and, with `--fio`, replaces its workload by the job file's.
+/// Options the job file names but that mean nothing on a flashrig stack are reported on
+/// stderr unless `quiet`.
+fn load_with_fio(config: Option<&PathBuf>, fio: &FioArgs, quiet: bool) -> Result<Config, Error> {
+    let mut cfg = load(config)?;
+    if let Some(path) = &fio.fio {
+        if cfg.replay.is_some() {
+            return Err(Error::Input(format!(
+                "--fio {}: the configuration replays a trace; a job file replaces a workload",
+                path.display()
+            )));
+        }
+        let job = flashrig::fiojob::FioJob::load(path, fio.section.as_deref())?;
+        if !quiet {
+            for n in &job.notes {
+                eprintln!("flashrig: note: {n}");
+            }
+        }
+        cfg.workload = job.workload;
+        if let Some(s) = job.seed {
+            cfg.seed = s;
+        }
+        cfg.validate().map_err(|message| Error::Config {
+            origin: format!("{} [{}]", path.display(), job.name),
+            message,
+        })?;
+    }
+    Ok(cfg)
+}
+
 fn dispatch(cli: Cli) -> Result<(), Error> {
     match cli.command {
-        Command::Run { config, seed, runtime, json, quiet } => {
-            let mut cfg = load(config.as_ref())?;
+        Command::Run { config, fio, seed, runtime, json, quiet } => {
+            let mut cfg = load_with_fio(config.as_ref(), &fio, quiet)?;
             if let Some(s) = seed {
                 cfg.seed = s;
             }
@@ -280,7 +329,7 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                 })?),
                 None => None,
             };
-            let out = flashrig::run(&cfg)?;
+            let out = flashrig::run::run_with_progress(&cfg, !quiet)?;
             if let (Some(mut f), Some(path)) = (json_file, &json) {
                 use std::io::Write;
                 f.write_all(out.result.to_json_pretty().as_bytes())
@@ -294,8 +343,8 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             }
             Ok(())
         }
-        Command::Config { command: ConfigCommand::Show { config } } => {
-            let cfg = load(config.as_ref())?;
+        Command::Config { command: ConfigCommand::Show { config, fio } } => {
+            let cfg = load_with_fio(config.as_ref(), &fio, false)?;
             print!("{}", cfg.to_toml());
             Ok(())
         }
@@ -352,12 +401,16 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
         Command::Trace { command } => trace(command),
-        Command::Report { results, csv, plot } => {
+        Command::Report { results, csv, series_csv, plot } => {
             let runs = flashrig::report::load(&results)?;
             print!("{}", flashrig::report::table(&runs));
             if let Some(path) = csv {
                 std::fs::write(&path, flashrig::report::csv(&runs))
                     .map_err(|e| Error::Input(format!("--csv {}: {e}", path.display())))?;
+            }
+            if let Some(path) = series_csv {
+                std::fs::write(&path, flashrig::report::series_csv(&runs))
+                    .map_err(|e| Error::Input(format!("--series-csv {}: {e}", path.display())))?;
             }
             if let Some(dir) = plot {
                 for p in flashrig::report::plots(&runs, &dir)? {

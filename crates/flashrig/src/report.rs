@@ -16,6 +16,8 @@ pub struct Run {
     pub name: String,
     pub result: RunResult,
     pub total: WorkloadSummary,
+    /// Each job's own numbers (absent from replays, which are one stream).
+    pub jobs: Vec<WorkloadSummary>,
 }
 
 /// Loads result files; a file that is not one is named in the error.
@@ -28,9 +30,14 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Run>, Error> {
             .map_err(|e| Error::Input(format!("{}: {e}", p.display())))?;
         let total: WorkloadSummary = serde_json::from_value(result.workload["total"].clone())
             .map_err(|e| Error::Input(format!("{}: workload.total: {e}", p.display())))?;
+        let jobs: Vec<WorkloadSummary> = match result.workload.get("jobs") {
+            Some(j) => serde_json::from_value(j.clone())
+                .map_err(|e| Error::Input(format!("{}: workload.jobs: {e}", p.display())))?,
+            None => Vec::new(),
+        };
         let name =
             p.file_stem().map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().into());
-        runs.push(Run { name, result, total });
+        runs.push(Run { name, result, total, jobs });
     }
     Ok(runs)
 }
@@ -80,16 +87,51 @@ pub fn table(runs: &[Run]) -> String {
     out
 }
 
-/// The same as CSV (one row per run).
+/// The same as CSV: per run a row for all jobs together (`job` = `all`) and one per job.
 pub fn csv(runs: &[Run]) -> String {
     let mut out = String::from(
-        "run,runtime,ios,reads,writes,bytes,elapsed_ns,iops,bandwidth_bytes_per_s,p50_ns,p99_ns,p999_ns,max_ns,ssd_waf\n",
+        "run,job,runtime,ios,reads,writes,bytes,elapsed_ns,iops,bandwidth_bytes_per_s,p50_ns,p99_ns,p999_ns,max_ns,ssd_waf\n",
     );
     for r in runs {
-        let t = &r.total;
+        let rows = std::iter::once(("all".to_string(), &r.total))
+            .chain(r.jobs.iter().enumerate().map(|(i, j)| (i.to_string(), j)));
+        for (job, t) in rows {
+            csv_row(&mut out, r, &job, t);
+        }
+    }
+    out
+}
+
+/// The time series as CSV: per run and job (`all` and each job), one row per interval of the
+/// runtime's clock.
+pub fn series_csv(runs: &[Run]) -> String {
+    let mut out = String::from("run,job,t_s,reads,writes,bytes\n");
+    for r in runs {
+        let rows = std::iter::once(("all".to_string(), &r.total))
+            .chain(r.jobs.iter().enumerate().map(|(i, j)| (i.to_string(), j)));
+        for (job, t) in rows {
+            let secs = t.series_interval_ns as f64 / 1e9;
+            for (i, p) in t.series.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "{},{job},{},{},{},{}",
+                    r.name,
+                    i as f64 * secs,
+                    p.reads,
+                    p.writes,
+                    p.bytes
+                );
+            }
+        }
+    }
+    out
+}
+
+fn csv_row(out: &mut String, r: &Run, job: &str, t: &WorkloadSummary) {
+    {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{job},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.name,
             r.result.runtime,
             t.ios,
@@ -106,153 +148,192 @@ pub fn csv(runs: &[Run]) -> String {
             waf(r).map_or(String::new(), |w| format!("{w:.4}"))
         );
     }
-    out
 }
 
 fn plot_err(path: &Path, e: impl std::fmt::Display) -> Error {
     Error::Io(format!("cannot draw {}: {e}", path.display()))
 }
 
-/// Draws `latency-cdf.svg`, `throughput.svg` and `iops.svg` into `dir`; returns their paths.
+type Plot = fn(&[Run], &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>) -> Result<(), String>;
+
+/// The plots `flashrig report --plot DIR` draws, by file stem.
+const PLOTS: &[(&str, Plot)] =
+    &[("latency-cdf", draw_cdf), ("throughput", draw_throughput), ("iops", draw_iops)];
+
+/// Draws each plot into `dir` as SVG and, rasterised from that SVG, as PNG; returns the paths.
 pub fn plots(runs: &[Run], dir: &Path) -> Result<Vec<PathBuf>, Error> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::Input(format!("cannot create {}: {e}", dir.display())))?;
-    let colour = |i: usize| Palette99::pick(i).to_rgba();
+    let fonts = system_fonts();
     let mut written = Vec::new();
-
-    // Latency CDF, log-scaled in microseconds.
-    let path = dir.join("latency-cdf.svg");
-    {
-        let max_us = runs
-            .iter()
-            .flat_map(|r| r.total.latency_cdf.last().map(|p| p.0 as f64 / 1e3))
-            .fold(1.0f64, f64::max);
-        let root = SVGBackend::new(&path, (800, 500)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| plot_err(&path, e))?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption("Latency CDF", ("sans-serif", 22))
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(55)
-            .build_cartesian_2d((0.1f64..max_us * 1.2).log_scale(), 0f64..1f64)
-            .map_err(|e| plot_err(&path, e))?;
-        chart
-            .configure_mesh()
-            .x_desc("latency (µs)")
-            .y_desc("fraction of requests")
-            .draw()
-            .map_err(|e| plot_err(&path, e))?;
-        for (i, r) in runs.iter().enumerate() {
-            let c = colour(i);
-            chart
-                .draw_series(LineSeries::new(
-                    r.total.latency_cdf.iter().map(|&(ns, f)| ((ns as f64 / 1e3).max(0.1), f)),
-                    c.stroke_width(2),
-                ))
-                .map_err(|e| plot_err(&path, e))?
-                .label(r.name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
-                });
+    for (stem, draw) in PLOTS {
+        let svg = dir.join(format!("{stem}.svg"));
+        {
+            let root = SVGBackend::new(&svg, (800, 500)).into_drawing_area();
+            root.fill(&WHITE).map_err(|e| plot_err(&svg, e))?;
+            draw(runs, &root).map_err(|e| plot_err(&svg, e))?;
+            root.present().map_err(|e| plot_err(&svg, e))?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| plot_err(&path, e))?;
-        root.present().map_err(|e| plot_err(&path, e))?;
+        let png = dir.join(format!("{stem}.png"));
+        svg_to_png(&svg, &png, &fonts)?;
+        written.push(svg);
+        written.push(png);
     }
-    written.push(path);
-
-    // Throughput over time (MiB/s per interval of the runtime's clock).
-    let path = dir.join("throughput.svg");
-    {
-        let secs = |r: &Run| r.total.series_interval_ns.max(1) as f64 / 1e9;
-        let points: Vec<Vec<(f64, f64)>> = runs
-            .iter()
-            .map(|r| {
-                r.total
-                    .series
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| (i as f64 * secs(r), p.bytes as f64 / secs(r) / (1 << 20) as f64))
-                    .collect()
-            })
-            .collect();
-        let max_x = points.iter().flatten().map(|p| p.0).fold(1.0f64, f64::max);
-        let max_y = points.iter().flatten().map(|p| p.1).fold(1.0f64, f64::max);
-        let root = SVGBackend::new(&path, (800, 500)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| plot_err(&path, e))?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption("Throughput over time", ("sans-serif", 22))
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(65)
-            .build_cartesian_2d(0f64..max_x * 1.05, 0f64..max_y * 1.1)
-            .map_err(|e| plot_err(&path, e))?;
-        chart
-            .configure_mesh()
-            .x_desc("time (s, runtime clock)")
-            .y_desc("MiB/s")
-            .draw()
-            .map_err(|e| plot_err(&path, e))?;
-        for (i, (r, pts)) in runs.iter().zip(&points).enumerate() {
-            let c = colour(i);
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
-                .map_err(|e| plot_err(&path, e))?
-                .label(r.name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
-                });
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| plot_err(&path, e))?;
-        root.present().map_err(|e| plot_err(&path, e))?;
-    }
-    written.push(path);
-
-    // IOPS bars across runs.
-    let path = dir.join("iops.svg");
-    {
-        let max_y = runs.iter().filter_map(|r| r.total.iops).fold(1.0f64, f64::max);
-        let root = SVGBackend::new(&path, (800, 500)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| plot_err(&path, e))?;
-        let n = runs.len().max(1);
-        let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
-        let mut chart = ChartBuilder::on(&root)
-            .caption("IOPS", ("sans-serif", 22))
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(75)
-            .build_cartesian_2d((0..n).into_segmented(), 0f64..max_y * 1.1)
-            .map_err(|e| plot_err(&path, e))?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) => names.get(*i).cloned().unwrap_or_default(),
-                _ => String::new(),
-            })
-            .y_desc("IOPS")
-            .draw()
-            .map_err(|e| plot_err(&path, e))?;
-        chart
-            .draw_series(runs.iter().enumerate().map(|(i, r)| {
-                let v = r.total.iops.unwrap_or(0.0);
-                Rectangle::new(
-                    [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), v)],
-                    colour(i).filled(),
-                )
-            }))
-            .map_err(|e| plot_err(&path, e))?;
-        root.present().map_err(|e| plot_err(&path, e))?;
-    }
-    written.push(path);
     Ok(written)
+}
+
+/// The machine's fonts, for the text of PNG plots (CI installs DejaVu, fonts-dejavu-core).
+/// Without any font the PNGs are still drawn, without their text.
+fn system_fonts() -> std::sync::Arc<resvg::usvg::fontdb::Database> {
+    let mut db = resvg::usvg::fontdb::Database::new();
+    db.load_system_fonts();
+    db.set_sans_serif_family("DejaVu Sans");
+    std::sync::Arc::new(db)
+}
+
+/// Rasterises an SVG plot, so PNG and SVG show exactly the same picture.
+fn svg_to_png(
+    svg: &Path,
+    png: &Path,
+    fonts: &std::sync::Arc<resvg::usvg::fontdb::Database>,
+) -> Result<(), Error> {
+    use resvg::{tiny_skia, usvg};
+    let data = std::fs::read(svg).map_err(|e| plot_err(png, e))?;
+    let opt = usvg::Options { fontdb: fonts.clone(), ..usvg::Options::default() };
+    let tree = usvg::Tree::from_data(&data, &opt).map_err(|e| plot_err(png, e))?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = tiny_skia::Pixmap::new(size.width(), size.height())
+        .ok_or_else(|| plot_err(png, "empty picture"))?;
+    resvg::render(&tree, tiny_skia::Transform::default(), &mut pixmap.as_mut());
+    pixmap.save_png(png).map_err(|e| plot_err(png, e))
+}
+
+fn colour(i: usize) -> RGBAColor {
+    Palette99::pick(i).to_rgba()
+}
+
+/// Latency CDF, log-scaled in microseconds.
+fn draw_cdf(
+    runs: &[Run],
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+) -> Result<(), String> {
+    let max_us = runs
+        .iter()
+        .flat_map(|r| r.total.latency_cdf.last().map(|p| p.0 as f64 / 1e3))
+        .fold(1.0f64, f64::max);
+    let mut chart = ChartBuilder::on(root)
+        .caption("Latency CDF", ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(55)
+        .build_cartesian_2d((0.1f64..max_us * 1.2).log_scale(), 0f64..1f64)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("latency (µs)")
+        .y_desc("fraction of requests")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, r) in runs.iter().enumerate() {
+        let c = colour(i);
+        chart
+            .draw_series(LineSeries::new(
+                r.total.latency_cdf.iter().map(|&(ns, f)| ((ns as f64 / 1e3).max(0.1), f)),
+                c.stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?
+            .label(r.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
+/// Throughput over time (MiB/s per interval of the runtime's clock).
+fn draw_throughput(
+    runs: &[Run],
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+) -> Result<(), String> {
+    let secs = |r: &Run| r.total.series_interval_ns.max(1) as f64 / 1e9;
+    let points: Vec<Vec<(f64, f64)>> = runs
+        .iter()
+        .map(|r| {
+            r.total
+                .series
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (i as f64 * secs(r), p.bytes as f64 / secs(r) / (1 << 20) as f64))
+                .collect()
+        })
+        .collect();
+    let max_x = points.iter().flatten().map(|p| p.0).fold(1.0f64, f64::max);
+    let max_y = points.iter().flatten().map(|p| p.1).fold(1.0f64, f64::max);
+    let mut chart = ChartBuilder::on(root)
+        .caption("Throughput over time", ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(65)
+        .build_cartesian_2d(0f64..max_x * 1.05, 0f64..max_y * 1.1)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s, runtime clock)")
+        .y_desc("MiB/s")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, (r, pts)) in runs.iter().zip(&points).enumerate() {
+        let c = colour(i);
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(r.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
+/// IOPS bars across runs.
+fn draw_iops(
+    runs: &[Run],
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+) -> Result<(), String> {
+    let max_y = runs.iter().filter_map(|r| r.total.iops).fold(1.0f64, f64::max);
+    let n = runs.len().max(1);
+    let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
+    let mut chart = ChartBuilder::on(root)
+        .caption("IOPS", ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(75)
+        .build_cartesian_2d((0..n).into_segmented(), 0f64..max_y * 1.1)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => names.get(*i).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .y_desc("IOPS")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    chart
+        .draw_series(runs.iter().enumerate().map(|(i, r)| {
+            let v = r.total.iops.unwrap_or(0.0);
+            Rectangle::new(
+                [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), v)],
+                colour(i).filled(),
+            )
+        }))
+        .map_err(|e| e.to_string())?;
+    Ok(())
 }

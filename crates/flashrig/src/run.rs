@@ -5,10 +5,91 @@ use flashrig_metrics::{RunResult, RESULT_FORMAT, RESULT_VERSION};
 use flashrig_runtime::{spawn_on, RunStats, RuntimeKind};
 use serde_json::json;
 
-use crate::config::{Config, DeviceConfig};
+use crate::config::{Config, DeviceConfig, WorkloadConfig};
 use crate::error::Error;
 use crate::size::format_size;
-use crate::workload::{run_job, JobOutcome, WorkloadSummary};
+use crate::workload::{run_job, JobOutcome, Progress, WorkloadSummary};
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The progress bar: a thread that reads [`Progress`] a few times a second. It shows the
+/// runtime's clock against `runtime_ms` for time-bounded jobs and bytes against the total for
+/// size-bounded ones; replays, whose length is the trace's, get a byte counter.
+struct ProgressDisplay {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl ProgressDisplay {
+    fn start(cfg: &Config, progress: Arc<Progress>) -> ProgressDisplay {
+        let w = &cfg.workload;
+        // (total, counts time) for the bar; None: a spinner.
+        let total = if cfg.replay.is_some() {
+            None
+        } else {
+            match (w.size, w.runtime_ms) {
+                (Some(s), _) => Some((s.bytes() * w.jobs as u64, false)),
+                (None, Some(ms)) => Some((ms, true)),
+                (None, None) => w.range.map(|r| (r.bytes() * w.jobs as u64, false)),
+            }
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut bar: Option<indicatif::ProgressBar> = None;
+            while !stop2.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                if started.elapsed() < Duration::from_secs(1) {
+                    continue;
+                }
+                let b = bar.get_or_insert_with(|| {
+                    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+                    let b = match total {
+                        Some((t, _)) => ProgressBar::with_draw_target(
+                            Some(t),
+                            ProgressDrawTarget::stderr_with_hz(4),
+                        ),
+                        None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
+                    };
+                    let template = match total {
+                        Some((_, true)) => {
+                            "{elapsed_precise} [{bar:40}] {pos}/{len} ms of run time {msg}"
+                        }
+                        Some((_, false)) => {
+                            "{elapsed_precise} [{bar:40}] {bytes}/{total_bytes} {msg}"
+                        }
+                        None => "{elapsed_precise} {spinner} {msg}",
+                    };
+                    if let Ok(style) = ProgressStyle::with_template(template) {
+                        b.set_style(style.progress_chars("=> "));
+                    }
+                    b.with_elapsed(started.elapsed())
+                });
+                let bytes = progress.bytes.load(Ordering::Relaxed);
+                match total {
+                    Some((_, true)) => {
+                        b.set_position(progress.clock_ns.load(Ordering::Relaxed) / 1_000_000);
+                        b.set_message(human_bytes(bytes as f64));
+                    }
+                    Some((_, false)) => b.set_position(bytes),
+                    None => b.tick(),
+                }
+            }
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+        });
+        ProgressDisplay { stop, thread }
+    }
+
+    fn finish(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
 
 /// A finished run: the result file and the numbers the terminal summary prints.
 pub struct RunOutput {
@@ -19,34 +100,32 @@ pub struct RunOutput {
 
 /// Runs `cfg` to completion.
 pub fn run(cfg: &Config) -> Result<RunOutput, Error> {
+    run_with_progress(cfg, false)
+}
+
+/// Runs `cfg` to completion; with `show_progress`, a progress bar on stderr for runs that take
+/// more than a second of wall time (drawn only when stderr is a terminal).
+pub fn run_with_progress(cfg: &Config, show_progress: bool) -> Result<RunOutput, Error> {
+    let progress = Arc::new(Progress::default());
+    let bar = show_progress.then(|| ProgressDisplay::start(cfg, progress.clone()));
+    let result = run_inner(cfg, progress);
+    if let Some(b) = bar {
+        b.finish();
+    }
+    result
+}
+
+fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> {
     let job_cfg = cfg.clone();
     let (outcome, stats) = flashrig_runtime::run(cfg.runtime, cfg.reactors, move || async move {
         let cfg = job_cfg;
         // The stack is built inside the runtime, so devices may start pollers and tasks.
         let dev = crate::stack::build(&cfg.device)?;
-        let bs = dev.info().block_size as u64;
-        if !cfg.workload.bs.bytes().is_multiple_of(bs) {
-            return Err(Error::Input(format!(
-                "workload.bs = {}: not a multiple of the stack's {bs}-byte block",
-                cfg.workload.bs
-            )));
-        }
-        let capacity = dev.info().capacity_bytes();
-        let range = cfg.workload.range.map_or(capacity, |r| r.bytes());
-        if range > capacity {
-            return Err(Error::Input(format!(
-                "workload.range = {} is larger than the stack ({})",
-                format_size(range),
-                format_size(capacity)
-            )));
-        }
-        if cfg.workload.bs.bytes() > range {
-            return Err(Error::Input(format!(
-                "workload.bs = {} is larger than the range it addresses ({})",
-                cfg.workload.bs,
-                format_size(range)
-            )));
-        }
+        check_workload_fits(
+            &cfg.workload,
+            dev.info().block_size as u64,
+            dev.info().capacity_bytes(),
+        )?;
         if cfg.precondition.is_active() {
             crate::replay::precondition(&dev, &cfg.precondition, cfg.seed).await?;
         }
@@ -61,7 +140,10 @@ pub fn run(cfg: &Config) -> Result<RunOutput, Error> {
             let dev = dev.clone();
             let w = cfg.workload.clone();
             let seed = cfg.seed;
-            handles.push(spawn_on(job as usize % reactors, move || run_job(dev, w, job, seed)));
+            let progress = progress.clone();
+            handles.push(spawn_on(job as usize % reactors, move || {
+                run_job(dev, w, job, seed, progress)
+            }));
         }
         let mut jobs = Vec::new();
         for h in handles {
@@ -132,6 +214,44 @@ pub fn run(cfg: &Config) -> Result<RunOutput, Error> {
         layers,
     };
     Ok(RunOutput { result, summary, stats })
+}
+
+/// Checks the workload's sizes against the stack it runs on: request sizes and offset are whole
+/// blocks, and the addressed range lies on the device and holds the largest request.
+fn check_workload_fits(w: &WorkloadConfig, block_bytes: u64, capacity: u64) -> Result<(), Error> {
+    for s in w.request_sizes() {
+        if !s.bytes().is_multiple_of(block_bytes) {
+            let key = if w.bssplit.is_empty() { "bs" } else { "bssplit" };
+            return Err(Error::Input(format!(
+                "workload.{key}: {s} is not a multiple of the stack's {block_bytes}-byte block"
+            )));
+        }
+    }
+    let offset = w.offset.map_or(0, |o| o.bytes());
+    if !offset.is_multiple_of(block_bytes) || offset >= capacity {
+        return Err(Error::Input(format!(
+            "workload.offset = {}: must be a multiple of the stack's {block_bytes}-byte block and \
+             below its capacity ({})",
+            format_size(offset),
+            format_size(capacity)
+        )));
+    }
+    let range = w.range.map_or(capacity - offset, |r| r.bytes());
+    if offset + range > capacity {
+        return Err(Error::Input(format!(
+            "workload.offset + workload.range = {} is larger than the stack ({})",
+            format_size(offset + range),
+            format_size(capacity)
+        )));
+    }
+    if w.max_request_bytes() > range {
+        return Err(Error::Input(format!(
+            "workload request size {} is larger than the range it addresses ({})",
+            format_size(w.max_request_bytes()),
+            format_size(range)
+        )));
+    }
+    Ok(())
 }
 
 /// The terminal summary of a run.

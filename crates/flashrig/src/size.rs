@@ -98,6 +98,103 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
+/// A block-size mix (fio's `bssplit`): `"4k/50:64k/50"`, each size with the percentage of
+/// requests that use it. As in fio, sizes with an empty percentage share what the others leave
+/// (`"4k/30:8k/:16k/"` gives 35% each to 8k and 16k), and the percentages must sum to 100.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockSizeMix(pub Vec<(Size, u32)>);
+
+impl BlockSizeMix {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn max_bytes(&self) -> Option<u64> {
+        self.0.iter().map(|(s, _)| s.bytes()).max()
+    }
+    pub fn min_bytes(&self) -> Option<u64> {
+        self.0.iter().map(|(s, _)| s.bytes()).min()
+    }
+    /// The size for a uniform draw `r` in `0..100`.
+    pub fn pick(&self, r: u32) -> Size {
+        let mut acc = 0;
+        for &(s, p) in &self.0 {
+            acc += p;
+            if r < acc {
+                return s;
+            }
+        }
+        self.0.last().map(|&(s, _)| s).unwrap_or_default()
+    }
+}
+
+impl std::str::FromStr for BlockSizeMix {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        let mut given = Vec::new();
+        let mut open = 0u32;
+        for part in text.split(':').map(str::trim).filter(|p| !p.is_empty()) {
+            let (size, pct) = part.split_once('/').ok_or_else(|| {
+                format!("bssplit \"{text}\": \"{part}\" is not size/percent (e.g. 4k/50)")
+            })?;
+            let size = Size(parse_size(size).map_err(|e| format!("bssplit \"{text}\": {e}"))?);
+            if size.bytes() == 0 {
+                return Err(format!("bssplit \"{text}\": a block size must be positive"));
+            }
+            let pct = match pct.trim() {
+                "" => {
+                    open += 1;
+                    None
+                }
+                p => Some(p.parse::<u32>().ok().filter(|&v| v <= 100).ok_or_else(|| {
+                    format!("bssplit \"{text}\": \"{p}\" is not a percentage from 0 to 100")
+                })?),
+            };
+            given.push((size, pct));
+        }
+        if given.is_empty() {
+            return Err(format!("bssplit \"{text}\": no block sizes"));
+        }
+        let fixed: u32 = given.iter().filter_map(|&(_, p)| p).sum();
+        if fixed > 100 || (open == 0 && fixed != 100) {
+            return Err(format!("bssplit \"{text}\": percentages sum to {fixed}, not 100"));
+        }
+        // fio splits the remainder evenly over the open entries; the last takes the rounding.
+        let share = (100 - fixed).checked_div(open).unwrap_or(0);
+        let mut rest = (100 - fixed).checked_rem(open).unwrap_or(0);
+        let mut mix = Vec::new();
+        for (s, p) in given {
+            let p = p.unwrap_or_else(|| {
+                open -= 1;
+                share + if open == 0 { std::mem::take(&mut rest) } else { 0 }
+            });
+            if p > 0 {
+                mix.push((s, p));
+            }
+        }
+        Ok(BlockSizeMix(mix))
+    }
+}
+
+impl fmt::Display for BlockSizeMix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(|(s, p)| format!("{s}/{p}")).collect();
+        f.write_str(&parts.join(":"))
+    }
+}
+
+impl Serialize for BlockSizeMix {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for BlockSizeMix {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +217,25 @@ mod tests {
             assert_eq!(parse_size(&format_size(v)).unwrap(), v);
         }
         assert_eq!(format_size(65536), "64KiB");
+    }
+
+    #[test]
+    fn block_size_mix_follows_fio() {
+        let m: BlockSizeMix = "4k/50:64k/50".parse().unwrap();
+        assert_eq!(m.0, vec![(Size::kib(4), 50), (Size::kib(64), 50)]);
+        assert_eq!(m.pick(0), Size::kib(4));
+        assert_eq!(m.pick(49), Size::kib(4));
+        assert_eq!(m.pick(50), Size::kib(64));
+        assert_eq!(m.pick(99), Size::kib(64));
+        let open: BlockSizeMix = "4k/30:8k/:16k/".parse().unwrap();
+        assert_eq!(open.0, vec![(Size::kib(4), 30), (Size::kib(8), 35), (Size::kib(16), 35)]);
+        let odd: BlockSizeMix = "4k/:8k/:16k/".parse().unwrap();
+        assert_eq!(odd.0.iter().map(|&(_, p)| p).sum::<u32>(), 100);
+        assert_eq!(open.to_string().parse::<BlockSizeMix>().unwrap(), open);
+        assert!("4k/50:8k/40".parse::<BlockSizeMix>().unwrap_err().contains("sum to 90"));
+        assert!("4k/150".parse::<BlockSizeMix>().unwrap_err().contains("percentage"));
+        assert!("4k".parse::<BlockSizeMix>().unwrap_err().contains("size/percent"));
+        assert!("4q/100".parse::<BlockSizeMix>().unwrap_err().contains("unit"));
+        assert!("".parse::<BlockSizeMix>().is_err());
     }
 }

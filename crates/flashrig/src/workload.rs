@@ -4,6 +4,8 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use flashrig_blockdev::{DevError, DevRef, DevResult, WriteHints};
 use flashrig_check::pattern;
@@ -33,6 +35,17 @@ pub struct JobOutcome {
     pub stalled: bool,
     /// Completions per [`SERIES_INTERVAL_NS`] of the runtime's clock since `start_ns`.
     pub series: Vec<SeriesPoint>,
+}
+
+/// How far a run has come, for the progress bar: shared with a display thread, so atomics.
+/// Jobs publish in batches (every [`YIELD_EVERY_OPS`] requests of a slot) to keep the shared
+/// cache line off the I/O path.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Bytes completed by all jobs.
+    pub bytes: AtomicU64,
+    /// The latest runtime clock reading a job published, relative to its start.
+    pub clock_ns: AtomicU64,
 }
 
 /// The time series' resolution: one point per second of the runtime's clock (virtual in sim).
@@ -183,8 +196,12 @@ struct JobState {
     limit_blocks: Option<u64>,
     deadline_ns: Option<u64>,
     seq_cursor: u64,
+    /// The addressed range: `range_blocks` blocks from `offset_blocks`.
+    offset_blocks: u64,
     range_blocks: u64,
+    /// Request size in blocks, or the mix to draw it from (`bssplit`).
     req_blocks: u64,
+    mix: Option<Vec<(u64, u32)>>,
     random: bool,
     /// Random offsets are multiples of this many blocks.
     align_blocks: u64,
@@ -200,6 +217,7 @@ struct JobState {
 struct Op {
     read: bool,
     lba: u64,
+    blocks: u64,
     seq: u64,
     /// Issue no earlier than this (rate limit).
     at_ns: u64,
@@ -227,20 +245,38 @@ impl JobState {
                 }
             }
         }
-        let slots = self.range_blocks / self.req_blocks;
+        let blocks = match &self.mix {
+            None => self.req_blocks,
+            Some(mix) => {
+                let r = (self.rng.next_u64() % 100) as u32;
+                let mut acc = 0;
+                mix.iter()
+                    .find(|&&(_, p)| {
+                        acc += p;
+                        r < acc
+                    })
+                    .map_or(mix[mix.len() - 1].0, |&(b, _)| b)
+            }
+        };
         let lba = if self.random {
+            // The sampler's slots leave room for the largest request; a smaller one fits too.
             self.sampler.sample(&mut self.rng) * self.align_blocks
         } else {
+            // Sequential requests follow each other and wrap to the start of the range when
+            // the next one would run past its end.
+            if self.seq_cursor + blocks > self.range_blocks {
+                self.seq_cursor = 0;
+            }
             let l = self.seq_cursor;
-            self.seq_cursor = (self.seq_cursor + self.req_blocks) % (slots * self.req_blocks);
+            self.seq_cursor += blocks;
             l
-        };
+        } + self.offset_blocks;
         let read = match self.read_percent {
             0 => false,
             100 => true,
             p => (self.rng.next_u64() % 100) < p as u64,
         };
-        self.issued_blocks += self.req_blocks;
+        self.issued_blocks += blocks;
         self.write_seq += 1;
         let mut at_ns = 0;
         if let Some(gap) = self.rate_gap_ns {
@@ -250,17 +286,31 @@ impl JobState {
             }
             self.next_issue_ns = at_ns + gap;
         }
-        Some(Op { read, lba, seq: self.write_seq, at_ns })
+        Some(Op { read, lba, blocks, seq: self.write_seq, at_ns })
     }
 }
 
 /// Runs one job on the calling reactor.
-pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> JobOutcome {
+pub async fn run_job(
+    dev: DevRef,
+    w: WorkloadConfig,
+    job: u64,
+    seed: u64,
+    progress: Arc<Progress>,
+) -> JobOutcome {
     let info = dev.info().clone();
     let bs = info.block_size as u64;
-    let req_blocks = (w.bs.bytes() / bs).max(1);
-    let align_blocks = w.blockalign.map_or(req_blocks, |a| (a.bytes() / bs).clamp(1, req_blocks));
-    let range_blocks = w.range.map_or(info.num_blocks, |r| (r.bytes() / bs).min(info.num_blocks));
+    let req_blocks = (w.max_request_bytes() / bs).max(1);
+    let min_blocks = (w.min_request_bytes() / bs).max(1);
+    let mix = (!w.bssplit.is_empty())
+        .then(|| w.bssplit.0.iter().map(|&(s, p)| ((s.bytes() / bs).max(1), p)).collect());
+    // As in fio, random offsets default to multiples of the smallest request size.
+    let align_blocks = w.blockalign.map_or(min_blocks, |a| (a.bytes() / bs).clamp(1, min_blocks));
+    let offset_blocks = w.offset.map_or(0, |o| o.bytes() / bs).min(info.num_blocks);
+    let range_blocks = w
+        .range
+        .map_or(info.num_blocks - offset_blocks, |r| r.bytes() / bs)
+        .min(info.num_blocks - offset_blocks);
     let jobs = w.jobs as u64;
     let stamp = w.stamp;
     let start = now_ns();
@@ -282,8 +332,10 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
         },
         deadline_ns: w.runtime_ms.map(|ms| start + ms * 1_000_000),
         seq_cursor: seq_start,
+        offset_blocks,
         range_blocks,
         req_blocks,
+        mix,
         random: w.rw.is_random(),
         align_blocks,
         sampler: Sampler::new(
@@ -303,6 +355,7 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
         let dev = dev.clone();
         let state = state.clone();
         let outcome = outcome.clone();
+        let progress = progress.clone();
         slots.push(spawn(async move {
             // Written blocks name themselves (flashrig-check's pattern), so a run's data can be
             // verified afterwards; the payload is generated once per slot and each write only
@@ -312,11 +365,17 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
             let mut buf = vec![0u8; (req_blocks * bs) as usize];
             pattern::fill_blocks(&mut buf, bs as usize, 0, 1, salt);
             let mut done_here = 0u64;
+            let mut unpublished_bytes = 0u64;
+            let publish = |bytes: &mut u64| {
+                progress.bytes.fetch_add(std::mem::take(bytes), Ordering::Relaxed);
+                progress.clock_ns.fetch_max(now_ns().saturating_sub(start), Ordering::Relaxed);
+            };
             loop {
                 let op = state.borrow_mut().next();
                 let Some(op) = op else { break };
                 done_here += 1;
                 if done_here.is_multiple_of(YIELD_EVERY_OPS) {
+                    publish(&mut unpublished_bytes);
                     // A stack that completes at once (RAM) never suspends this loop; yield now
                     // and then so the other slots and jobs of this reactor run alongside.
                     yield_now().await;
@@ -325,6 +384,7 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
                     flashrig_runtime::sleep_until_ns(op.at_ns).await;
                 }
                 // Latency counts from submission: preparing the data is the client's work.
+                let buf = &mut buf[..(op.blocks * bs) as usize];
                 if !op.read && stamp {
                     for (i, b) in buf.chunks_exact_mut(bs as usize).enumerate() {
                         pattern::restamp_block(b, op.lba + i as u64, op.seq, salt);
@@ -332,15 +392,18 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
                 }
                 let t0 = now_ns();
                 let res = if op.read {
-                    dev.read(op.lba, &mut buf, None).await
+                    dev.read(op.lba, buf, None).await
                 } else {
-                    dev.write(op.lba, &buf, None, WriteHints::NONE).await
+                    dev.write(op.lba, buf, None, WriteHints::NONE).await
                 };
                 let t1 = now_ns();
                 let mut o = outcome.borrow_mut();
                 o.end_ns = o.end_ns.max(t1);
                 match res {
-                    Ok(()) => o.record(t1, op.read, buf.len() as u64, t1 - t0),
+                    Ok(()) => {
+                        o.record(t1, op.read, buf.len() as u64, t1 - t0);
+                        unpublished_bytes += buf.len() as u64;
+                    }
                     Err(e) => {
                         o.errors += 1;
                         if o.first_error.is_none() {
@@ -349,6 +412,7 @@ pub async fn run_job(dev: DevRef, w: WorkloadConfig, job: u64, seed: u64) -> Job
                     }
                 }
             }
+            publish(&mut unpublished_bytes);
         }));
     }
     for s in slots {

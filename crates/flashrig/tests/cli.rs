@@ -448,6 +448,7 @@ fn report_compares_runs_and_its_output_parses_back() {
         results.push((name, json, t["ios"].as_u64().unwrap()));
     }
     let csv = d.join("r.csv");
+    let series_csv = d.join("series.csv");
     let plots = d.join("plots");
     let out = flashrig(&[
         "report",
@@ -455,22 +456,48 @@ fn report_compares_runs_and_its_output_parses_back() {
         results[1].1.to_str().unwrap(),
         "--csv",
         csv.to_str().unwrap(),
+        "--series-csv",
+        series_csv.to_str().unwrap(),
         "--plot",
         plots.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let table = text(&out.stdout);
     assert!(table.contains("uniform") && table.contains("zipf") && table.contains("SSD WAF"));
+    // The CSV has a row for all jobs and one per job (one job here) for each run.
     let csv = std::fs::read_to_string(csv).unwrap();
     let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
-    assert_eq!(rows[0][2], "ios");
+    let col = |name: &str| rows[0].iter().position(|c| *c == name).unwrap();
+    assert_eq!(rows.len(), 1 + 2 * 2, "{csv}");
     for (i, (name, _, ios)) in results.iter().enumerate() {
-        assert_eq!(rows[i + 1][0], *name);
-        assert_eq!(rows[i + 1][2].parse::<u64>().unwrap(), *ios);
+        for (row, job) in [(rows[1 + 2 * i].clone(), "all"), (rows[2 + 2 * i].clone(), "0")] {
+            assert_eq!((row[col("run")], row[col("job")]), (*name, job));
+            assert_eq!(row[col("ios")].parse::<u64>().unwrap(), *ios);
+        }
     }
-    for f in ["latency-cdf.svg", "throughput.svg", "iops.svg"] {
-        let svg = std::fs::read_to_string(plots.join(f)).unwrap();
+    // The series CSV adds up to the run's requests.
+    let series = std::fs::read_to_string(series_csv).unwrap();
+    let mut lines = series.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(head, ["run", "job", "t_s", "reads", "writes", "bytes"]);
+    for (name, _, ios) in &results {
+        let sum: u64 = series
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').collect::<Vec<_>>())
+            .filter(|r| r[0] == *name && r[1] == "all")
+            .map(|r| r[3].parse::<u64>().unwrap() + r[4].parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(sum, *ios, "{name}");
+    }
+    for f in ["latency-cdf", "throughput", "iops"] {
+        let svg = std::fs::read_to_string(plots.join(format!("{f}.svg"))).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("uniform"), "{f}");
+        // The PNG is a real 800x500 PNG (signature, then the IHDR chunk's width and height).
+        let png = std::fs::read(plots.join(format!("{f}.png"))).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{f}.png");
+        assert_eq!(u32::from_be_bytes(png[16..20].try_into().unwrap()), 800);
+        assert_eq!(u32::from_be_bytes(png[20..24].try_into().unwrap()), 500);
     }
     // A file that is not a result is named.
     let bogus = write(d, "bogus.json", "{\"hello\": 1}");
