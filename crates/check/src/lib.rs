@@ -11,6 +11,7 @@
 //! message names the seed that reproduces it.
 
 pub mod driver;
+pub mod failable;
 pub mod jitter;
 pub mod model;
 pub mod pattern;
@@ -19,6 +20,7 @@ pub use driver::{
     run_check, run_ops, verify_after_crash, verify_all, CheckConfig, CheckError, CheckReport,
     OpWeights,
 };
+pub use failable::Failable;
 pub use jitter::Jitter;
 pub use model::{Expect, FlushToken, Model};
 

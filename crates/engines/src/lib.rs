@@ -7,10 +7,14 @@
 pub mod concat;
 mod fanout;
 pub mod layout;
+pub mod raid;
 pub mod stripe;
+pub mod twophase;
 
 pub use concat::Concat;
+pub use raid::{Raid, RaidOptions};
 pub use stripe::Stripe;
+pub use twophase::{Twophase, TwophaseOptions};
 
 use flashrig_blockdev::{DevError, DevRef, DevResult};
 

@@ -64,6 +64,8 @@ pub enum DeviceConfig {
     Stripe(StripeConfig),
     Concat(ConcatConfig),
     Ssd(SsdSpec),
+    Raid(RaidConfig),
+    Twophase(TwophaseConfig),
 }
 
 /// An emulated SSD: a named `preset` and any keys that override it (see
@@ -171,6 +173,99 @@ pub struct ConcatConfig {
     pub member: Option<Box<DeviceConfig>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub width: Option<usize>,
+}
+
+/// `raid`: k data + m parity chunks per stripe over k + m members (see
+/// `crates/engines/src/raid`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RaidConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Data chunks per stripe.
+    pub k: usize,
+    /// Parity chunks per stripe (1: RAID-5, 2: RAID-6).
+    pub m: usize,
+    #[serde(default = "default_chunk")]
+    pub chunk: Size,
+    /// `any` (partial stripes by read-construct-write or read-modify-write) or `full-stripe`
+    /// (only whole stripes, as SPDK RAID5F).
+    #[serde(default)]
+    pub mode: RaidMode,
+    /// Stripes the stripe cache holds; 0 turns it off (md's default size is 256).
+    #[serde(default)]
+    pub stripe_cache: usize,
+    /// Host cost profile charged in the simulation: `kernel` (md-like, the default),
+    /// `user` (SPDK-like), or `none`. See docs/cost-model.md.
+    #[serde(default = "default_kernel")]
+    pub host: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<DeviceConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<Box<DeviceConfig>>,
+    /// Defaults to k + m with `member`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<usize>,
+}
+
+/// `twophase`: a FusionRAID-like two-phase-write array over k + m members (see
+/// docs/twophase.md): writes replicated m + 1 times, converted to k + m stripes past a
+/// watermark. Members need at least 16 metadata bytes per block (24 without atomic metadata).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TwophaseConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    pub k: usize,
+    pub m: usize,
+    #[serde(default = "default_chunk")]
+    pub chunk: Size,
+    /// Replicated data, as a fraction of the capacity, above which conversion starts (§2.2:
+    /// 5%).
+    #[serde(default = "default_watermark")]
+    pub watermark: f64,
+    /// Conversion goes on until replicated data is at most this fraction (default: half the
+    /// watermark; the paper does not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub low_watermark: Option<f64>,
+    #[serde(default = "default_kernel")]
+    pub host: String,
+    /// `create` (trim the members, then start empty; the default), `new` (members known to
+    /// be blank: fresh RAM disks or SSDs, skips the trims), or `recover` (rebuild the array
+    /// from what the members hold, after a crash or a clean stop).
+    #[serde(default)]
+    pub start: TwophaseStart,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<DeviceConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<Box<DeviceConfig>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<usize>,
+}
+
+fn default_watermark() -> f64 {
+    0.05
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TwophaseStart {
+    #[default]
+    Create,
+    New,
+    Recover,
+}
+
+fn default_kernel() -> String {
+    "kernel".into()
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RaidMode {
+    #[default]
+    Any,
+    FullStripe,
 }
 
 /// The I/O pattern of a closed-loop job (fio's `rw`).
@@ -429,7 +524,55 @@ fn validate_device(d: &DeviceConfig, at: &str) -> Result<(), String> {
             validate_members(&s.members, &s.member, s.width, at)?;
         }
         DeviceConfig::Concat(c) => validate_members(&c.members, &c.member, c.width, at)?,
+        DeviceConfig::Twophase(t) => {
+            check_array(t.k, t.m, t.chunk, &t.host, &t.members, &t.member, t.width, at)?;
+            let low = t.low_watermark.unwrap_or(t.watermark / 2.0);
+            let ordered = 0.0 <= low && low <= t.watermark && t.watermark < 1.0;
+            if !(ordered && t.watermark > 0.0) {
+                return Err(format!(
+                    "{at}: watermark = {}, low_watermark = {low}: need 0 < low_watermark <= \
+                     watermark < 1",
+                    t.watermark
+                ));
+            }
+        }
+        DeviceConfig::Raid(r) => {
+            check_array(r.k, r.m, r.chunk, &r.host, &r.members, &r.member, r.width, at)?
+        }
         DeviceConfig::Ssd(spec) => spec.0.validate().map_err(|e| format!("{at}: {e}"))?,
+    }
+    Ok(())
+}
+
+/// The checks every array engine shares: geometry, chunk, host profile, member count.
+#[allow(clippy::too_many_arguments)]
+fn check_array(
+    k: usize,
+    m: usize,
+    chunk: Size,
+    host: &str,
+    members: &[DeviceConfig],
+    member: &Option<Box<DeviceConfig>>,
+    width: Option<usize>,
+    at: &str,
+) -> Result<(), String> {
+    if k == 0 || m == 0 || m > 2 || k + m > 64 {
+        return Err(format!("{at}: k = {k}, m = {m}: need k >= 1, m = 1 or 2, k + m <= 64"));
+    }
+    if chunk.bytes() == 0 {
+        return Err(format!("{at}.chunk must be positive"));
+    }
+    if flashrig_runtime::HostCosts::named(host).is_none() {
+        return Err(format!("{at}.host = \"{host}\": use \"kernel\", \"user\" or \"none\""));
+    }
+    let width = if member.is_some() { Some(width.unwrap_or(k + m)) } else { width };
+    validate_members(members, member, width, at)?;
+    let n = if member.is_some() { width.unwrap_or(0) } else { members.len() };
+    if n != k + m {
+        return Err(format!(
+            "{at}: {k} + {m} needs {} members, the configuration gives {n}",
+            k + m
+        ));
     }
     Ok(())
 }

@@ -191,3 +191,46 @@ mod tests {
         assert!(m.clone().check_after_crash(3, &block(&m, 3, 5), None).is_ok());
     }
 }
+
+/// What [`verify_pattern`] found.
+#[derive(Debug, Default)]
+pub struct PatternCheck {
+    pub written: u64,
+    pub zero: u64,
+    /// Blocks holding another block's data or garbage, with what they held (first 10).
+    pub bad: Vec<String>,
+    pub bad_count: u64,
+}
+
+/// Reads every block of the stack and checks that each holds zeros or a stamped block naming
+/// its own address (what `flashrig run` writes with `stamp = true`): the check behind
+/// `flashrig debug verify-pattern`, used to read back a stack in a later process.
+pub async fn verify_pattern(dev: DevRef) -> Result<PatternCheck, String> {
+    use flashrig_check::pattern::{decode_block, BlockContent};
+    let info = dev.info().clone();
+    let bs = info.block_size as usize;
+    let step = 256u64;
+    let mut buf = vec![0u8; step as usize * bs];
+    let mut out = PatternCheck::default();
+    let mut lba = 0;
+    while lba < info.num_blocks {
+        let n = step.min(info.num_blocks - lba);
+        let b = &mut buf[..n as usize * bs];
+        dev.read(lba, b, None).await.map_err(|e| format!("read at {lba}: {e}"))?;
+        for (i, block) in b.chunks_exact(bs).enumerate() {
+            let at = lba + i as u64;
+            match decode_block(block) {
+                BlockContent::Zero => out.zero += 1,
+                BlockContent::Valid { lba: l, .. } if l == at => out.written += 1,
+                other => {
+                    out.bad_count += 1;
+                    if out.bad.len() < 10 {
+                        out.bad.push(format!("lba {at} holds {other}"));
+                    }
+                }
+            }
+        }
+        lba += n;
+    }
+    Ok(out)
+}

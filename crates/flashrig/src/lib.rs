@@ -2,6 +2,7 @@
 //! `flashrig` binary is a thin command-line layer over this.
 
 pub mod bench;
+pub mod calibrate;
 pub mod config;
 pub mod crashcheck;
 pub mod distribution;
@@ -13,6 +14,7 @@ pub mod run;
 pub mod size;
 pub mod ssdlab;
 pub mod stack;
+pub mod sweep;
 pub mod tracecmd;
 pub mod workload;
 

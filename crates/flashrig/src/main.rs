@@ -47,6 +47,21 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Run an experiment: a configuration with a `[sweep]` table of settings to vary; every
+    /// combination runs and the table compares them (configs/experiments/).
+    Sweep {
+        /// The experiment file.
+        experiment: PathBuf,
+        /// Directory for the result files (one per run).
+        #[arg(long, short = 'o', default_value = "sweep-results")]
+        out: PathBuf,
+        /// List the runs without running them.
+        #[arg(long)]
+        list: bool,
+        /// Print nothing but the table and errors.
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Inspect configurations.
     Config {
         #[command(subcommand)]
@@ -60,6 +75,16 @@ enum Command {
         /// Smaller runs, for a quick look.
         #[arg(long)]
         quick: bool,
+    },
+    /// Measure the host cost model's figures on this machine: parity, copy, mapping update,
+    /// lock hand-off and hold, and flashrig's own submit cost (docs/cost-model.md).
+    Calibrate {
+        /// Short runs, for a rough look.
+        #[arg(long)]
+        quick: bool,
+        /// Also write the TOML to this file.
+        #[arg(long = "out", short = 'o')]
+        out: Option<PathBuf>,
     },
     /// Check models against their analytic values and datasheets and write the report.
     Validate {
@@ -232,6 +257,9 @@ enum DebugCommand {
         #[arg(long, default_value_t = u64::MAX)]
         max_writes: u64,
     },
+    /// Read every block of the configuration's stack and check that each holds zeros or a
+    /// stamped block naming its own address. Exits 1 if one does not.
+    VerifyPattern { config: PathBuf },
     /// Check a stack after a crash writer was killed: replay its log into the reference model
     /// and read back every block it wrote. Exits 1 if a block holds what it may not.
     CrashCheck {
@@ -257,6 +285,9 @@ enum BenchArg {
     Ssd,
     /// Trace parsing speed (MSR CSV lines per second).
     Trace,
+    /// Array engines: raid full-stripe write throughput of one reactor on RAM members, and
+    /// parity encoding through our code path beside ISA-L called directly.
+    Engines,
     All,
 }
 
@@ -343,6 +374,20 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             }
             Ok(())
         }
+        Command::Sweep { experiment, out, list, quiet } => {
+            let text = std::fs::read_to_string(&experiment).map_err(|e| {
+                Error::Input(format!("cannot read experiment {}: {e}", experiment.display()))
+            })?;
+            let cases = flashrig::sweep::expand(&text, &experiment)?;
+            if list {
+                for c in &cases {
+                    println!("{}", c.label);
+                }
+                return Ok(());
+            }
+            print!("{}", flashrig::sweep::run_all(&cases, &out, quiet)?);
+            Ok(())
+        }
         Command::Config { command: ConfigCommand::Show { config, fio } } => {
             let cfg = load_with_fio(config.as_ref(), &fio, false)?;
             print!("{}", cfg.to_toml());
@@ -361,6 +406,15 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                 results.push(flashrig::bench::real_ping_pong(200_000 / scale));
             }
             print!("{}", flashrig::bench::render(&results));
+            if which == BenchArg::Engines || which == BenchArg::All {
+                let secs = if quick { 0.3 } else { 2.0 };
+                let stripes = 200_000 / scale;
+                let mut r = vec![flashrig::bench::raid_full_stripe_write(4, 1, stripes)];
+                for (k, m) in [(4, 1), (6, 1), (6, 2)] {
+                    r.extend(flashrig::bench::parity_encode(k, m, secs));
+                }
+                print!("{}", flashrig::bench::render(&r));
+            }
             if which == BenchArg::Trace || which == BenchArg::All {
                 let (lines, secs) = flashrig_trace::bench_parse_msr(5_000_000 / scale as usize);
                 println!(
@@ -387,6 +441,7 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             }
             Ok(())
         }
+        Command::Calibrate { quick, out } => flashrig::calibrate::command(quick, out.as_deref()),
         Command::Validate { what: ValidateCommand::Ssd { out, quick } } => {
             let file = std::fs::File::create(&out).map_err(|e| {
                 Error::Input(format!("--out {}: cannot create the file: {e}", out.display()))
@@ -513,12 +568,34 @@ fn debug(cmd: DebugCommand) -> Result<(), Error> {
             let cfg = Config::load(&config)?;
             let seed = cfg.seed;
             let (res, _) = flashrig_runtime::run(cfg.runtime, 1, move || async move {
-                let dev = flashrig::stack::build(&cfg.device)?;
+                let dev = flashrig::stack::build(&cfg.device).await?;
                 flashrig::crashcheck::writer(dev, seed, iodepth, flush_every.max(1), max_writes)
                     .await
                     .map_err(Error::Run)
             });
             res
+        }
+        DebugCommand::VerifyPattern { config } => {
+            let cfg = Config::load(&config)?;
+            let (res, _) = flashrig_runtime::run(cfg.runtime, 1, move || async move {
+                let dev = flashrig::stack::build(&cfg.device).await?;
+                flashrig::crashcheck::verify_pattern(dev).await.map_err(Error::Run)
+            });
+            let r = res?;
+            println!(
+                "{} blocks verified: {} written, {} zero, {} bad",
+                r.written + r.zero + r.bad_count,
+                r.written,
+                r.zero,
+                r.bad_count
+            );
+            for b in &r.bad {
+                println!("  {b}");
+            }
+            if r.bad_count > 0 {
+                return Err(Error::Run(format!("{} blocks hold the wrong data", r.bad_count)));
+            }
+            Ok(())
         }
         DebugCommand::CrashCheck { config, log } => {
             let cfg = Config::load(&config)?;
@@ -526,7 +603,7 @@ fn debug(cmd: DebugCommand) -> Result<(), Error> {
                 .map_err(|e| Error::Input(format!("cannot read log {}: {e}", log.display())))?;
             let seed = cfg.seed;
             let (res, _) = flashrig_runtime::run(cfg.runtime, 1, move || async move {
-                let dev = flashrig::stack::build(&cfg.device)?;
+                let dev = flashrig::stack::build(&cfg.device).await?;
                 let info = dev.info().clone();
                 let (model, flushes) = flashrig::crashcheck::replay_log(&text, &info, seed);
                 let model = std::sync::Arc::new(parking_lot::Mutex::new(model));

@@ -120,7 +120,7 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
     let (outcome, stats) = flashrig_runtime::run(cfg.runtime, cfg.reactors, move || async move {
         let cfg = job_cfg;
         // The stack is built inside the runtime, so devices may start pollers and tasks.
-        let dev = crate::stack::build(&cfg.device)?;
+        let dev = crate::stack::build(&cfg.device).await?;
         check_workload_fits(
             &cfg.workload,
             dev.info().block_size as u64,
@@ -375,6 +375,28 @@ pub fn describe_device(d: &DeviceConfig) -> String {
         DeviceConfig::Concat(c) => {
             format!("concat over {}", describe_members(&c.members, &c.member, c.width))
         }
+        DeviceConfig::Raid(r) => format!(
+            "raid({}+{}, {}) over {}",
+            r.k,
+            r.m,
+            r.chunk,
+            describe_members(
+                &r.members,
+                &r.member,
+                r.member.as_ref().map(|_| r.width.unwrap_or(r.k + r.m))
+            )
+        ),
+        DeviceConfig::Twophase(t) => format!(
+            "twophase({}+{}, {}) over {}",
+            t.k,
+            t.m,
+            t.chunk,
+            describe_members(
+                &t.members,
+                &t.member,
+                t.member.as_ref().map(|_| t.width.unwrap_or(t.k + t.m))
+            )
+        ),
         DeviceConfig::Ssd(spec) => match &spec.0.preset {
             Some(p) => format!("ssd({p})"),
             None => "ssd".to_string(),

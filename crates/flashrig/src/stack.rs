@@ -1,20 +1,30 @@
 //! Building a device stack from its configuration.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use flashrig_blockdev::{DevError, DevRef};
 use flashrig_devices::{FileDevice, FileOptions, RamDevice};
-use flashrig_engines::{Concat, Stripe};
+use flashrig_engines::raid::WriteMode;
+use flashrig_engines::{Concat, Raid, RaidOptions, Stripe, Twophase, TwophaseOptions};
+use flashrig_runtime::cost::SharedLockModel;
+use flashrig_runtime::HostCosts;
 use flashrig_ssd::Ssd;
 
-use crate::config::DeviceConfig;
+use crate::config::{DeviceConfig, RaidMode, TwophaseStart};
 use crate::error::Error;
 
 /// Builds the stack described by `cfg`. Layers without a configured name are named after their
 /// type and position (`stripe`, `ram0`, `ram1`, ...).
-pub fn build(cfg: &DeviceConfig) -> Result<DevRef, Error> {
-    build_at(cfg, &default_name(cfg, None), "device")
+///
+/// Building is asynchronous because some engines read their members to start (a two-phase
+/// array recovering its mapping, or trimming its members for a fresh start).
+pub async fn build(cfg: &DeviceConfig) -> Result<DevRef, Error> {
+    build_at(cfg, &default_name(cfg, None), "device").await
 }
+
+type Building<'a> = Pin<Box<dyn Future<Output = Result<DevRef, Error>> + 'a>>;
 
 fn default_name(cfg: &DeviceConfig, index: Option<usize>) -> String {
     let kind = match cfg {
@@ -23,6 +33,8 @@ fn default_name(cfg: &DeviceConfig, index: Option<usize>) -> String {
         DeviceConfig::Stripe(_) => "stripe",
         DeviceConfig::Concat(_) => "concat",
         DeviceConfig::Ssd(_) => "ssd",
+        DeviceConfig::Raid(_) => "raid",
+        DeviceConfig::Twophase(_) => "twophase",
     };
     match index {
         Some(i) => format!("{kind}{i}"),
@@ -34,7 +46,12 @@ fn stack_err(at: &str, e: DevError) -> Error {
     Error::Stack(format!("{at}: {e}"))
 }
 
-fn build_at(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevRef, Error> {
+// Engines hold members, so building recurses; a boxed future makes the recursion finite.
+fn build_at<'a>(cfg: &'a DeviceConfig, default: &'a str, at: &'a str) -> Building<'a> {
+    Box::pin(build_layer(cfg, default, at))
+}
+
+async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevRef, Error> {
     Ok(match cfg {
         DeviceConfig::Ram(r) => {
             let name = r.name.clone().unwrap_or_else(|| default.to_string());
@@ -56,7 +73,7 @@ fn build_at(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevRef, Error
         }
         DeviceConfig::Stripe(s) => {
             let name = s.name.clone().unwrap_or_else(|| default.to_string());
-            let members = build_members(&s.members, &s.member, s.width, at)?;
+            let members = build_members(&s.members, &s.member, s.width, at).await?;
             let bs = members[0].info().block_size as u64;
             if s.chunk.bytes() % bs != 0 {
                 return Err(Error::Stack(format!(
@@ -70,8 +87,63 @@ fn build_at(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevRef, Error
         }
         DeviceConfig::Concat(c) => {
             let name = c.name.clone().unwrap_or_else(|| default.to_string());
-            let members = build_members(&c.members, &c.member, c.width, at)?;
+            let members = build_members(&c.members, &c.member, c.width, at).await?;
             Arc::new(Concat::new(&name, members).map_err(|e| stack_err(at, e))?)
+        }
+        DeviceConfig::Raid(r) => {
+            let name = r.name.clone().unwrap_or_else(|| default.to_string());
+            let width = r.member.as_ref().map(|_| r.width.unwrap_or(r.k + r.m));
+            let members = build_members(&r.members, &r.member, width, at).await?;
+            let bs = members[0].info().block_size as u64;
+            if r.chunk.bytes() % bs != 0 {
+                return Err(Error::Stack(format!(
+                    "{at}.chunk = {}: not a multiple of the members' {bs}-byte block",
+                    r.chunk
+                )));
+            }
+            let costs = HostCosts::named(&r.host)
+                .ok_or_else(|| Error::Stack(format!("{at}.host = {}: unknown", r.host)))?;
+            let opt = RaidOptions {
+                k: r.k,
+                m: r.m,
+                chunk_blocks: r.chunk.bytes() / bs,
+                write_mode: match r.mode {
+                    RaidMode::Any => WriteMode::Any,
+                    RaidMode::FullStripe => WriteMode::FullStripeOnly,
+                },
+                cache_stripes: r.stripe_cache,
+                costs: Arc::new(costs),
+                // The kernel profile models md, whose stripes pass an array-wide lock.
+                lock_model: (r.host == "kernel").then(|| Arc::new(SharedLockModel::new())),
+            };
+            Arc::new(Raid::new(&name, members, opt).map_err(|e| stack_err(at, e))?)
+        }
+        DeviceConfig::Twophase(t) => {
+            let name = t.name.clone().unwrap_or_else(|| default.to_string());
+            let width = t.member.as_ref().map(|_| t.width.unwrap_or(t.k + t.m));
+            let members = build_members(&t.members, &t.member, width, at).await?;
+            let bs = members[0].info().block_size as u64;
+            if t.chunk.bytes() % bs != 0 {
+                return Err(Error::Stack(format!(
+                    "{at}.chunk = {}: not a multiple of the members' {bs}-byte block",
+                    t.chunk
+                )));
+            }
+            let costs = HostCosts::named(&t.host)
+                .ok_or_else(|| Error::Stack(format!("{at}.host = {}: unknown", t.host)))?;
+            let mut opts = TwophaseOptions::new(t.k, t.m);
+            opts.chunk_blocks = t.chunk.bytes() / bs;
+            opts.watermark_fraction = t.watermark;
+            opts.low_watermark_fraction = t.low_watermark.unwrap_or(t.watermark / 2.0);
+            opts.costs = Arc::new(costs);
+            // The kernel profile models FusionRAID, a lock-based kernel engine.
+            opts.lock = (t.host == "kernel").then(|| Arc::new(SharedLockModel::new()));
+            let eng = match t.start {
+                TwophaseStart::New => Twophase::new(&name, members, opts),
+                TwophaseStart::Create => Twophase::create(&name, members, opts).await,
+                TwophaseStart::Recover => Twophase::open(&name, members, opts).await,
+            };
+            Arc::new(eng.map_err(|e| stack_err(at, e))?)
         }
         DeviceConfig::Ssd(spec) => {
             let name = spec.0.name.clone().unwrap_or_else(|| default.to_string());
@@ -80,7 +152,7 @@ fn build_at(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevRef, Error
     })
 }
 
-fn build_members(
+async fn build_members(
     members: &[DeviceConfig],
     member: &Option<Box<DeviceConfig>>,
     width: Option<usize>,
@@ -101,10 +173,11 @@ fn build_members(
         }
         _ => members.to_vec(),
     };
-    list.iter()
-        .enumerate()
-        .map(|(i, m)| build_at(m, &default_name(m, Some(i)), &format!("{at}.members[{i}]")))
-        .collect()
+    let mut built = Vec::with_capacity(list.len());
+    for (i, m) in list.iter().enumerate() {
+        built.push(build_at(m, &default_name(m, Some(i)), &format!("{at}.members[{i}]")).await?);
+    }
+    Ok(built)
 }
 
 /// A member template with `{i}` in file paths replaced by the member's index.

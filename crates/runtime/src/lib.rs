@@ -16,6 +16,7 @@
 //! engine be measured in simulation and served to a kernel file system.
 
 mod context;
+pub mod cost;
 mod join;
 pub mod real;
 pub mod sim;
@@ -27,6 +28,7 @@ pub use context::{
     runtime_kind, send, sleep_ns, sleep_until_ns, spawn, spawn_on, yield_now, PollerId,
     PollerStatus, RemoteHandle,
 };
+pub use cost::HostCosts;
 pub use join::JoinHandle;
 pub use stats::ReactorStats;
 

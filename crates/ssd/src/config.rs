@@ -193,7 +193,7 @@ pub struct Firmware {
     pub iu_bytes: u32,
     /// Over-provisioning of the dense (non-SLC) area: (physical - logical) / logical, percent.
     pub over_provisioning_percent: f64,
-    /// Commands the host interface works on at once; later ones wait for a slot.
+    /// Commands each I/O queue (one per host reactor) holds at once; later ones wait for a slot.
     pub queue_depth: u32,
     /// Host link bandwidth in MB/s (PCIe); 0 means instantaneous transfer.
     pub host_mb_per_s: f64,

@@ -17,7 +17,7 @@ use flashrig_metrics::Registry;
 use flashrig_runtime::{now_ns, runtime_kind, sleep_until_ns, RuntimeKind};
 use parking_lot::Mutex;
 
-use crate::config::{CellType, PayloadMode, SsdConfig, Timing};
+use crate::config::{CellType, SsdConfig, Timing};
 use crate::firmware::ftl::RecoveryStep;
 use crate::firmware::Controller;
 
@@ -46,10 +46,11 @@ impl Ssd {
     /// Builds an SSD from a validated configuration; `name` names it in reports.
     pub fn new(name: &str, cfg: &SsdConfig) -> Result<Ssd, String> {
         let ctl = Controller::new(cfg)?;
-        let mut info =
-            DeviceInfo::new(name, cfg.firmware.block_bytes, ctl.layout.num_blocks).with_md_bytes(
-                if cfg.payload == PayloadMode::None { 0 } else { cfg.firmware.md_bytes },
-            );
+        // In payload mode `none` metadata is accepted like data and, like data, not kept:
+        // engines that write metadata (for their own recovery) still run in timing-only
+        // experiments, and read zeros back.
+        let mut info = DeviceInfo::new(name, cfg.firmware.block_bytes, ctl.layout.num_blocks)
+            .with_md_bytes(cfg.firmware.md_bytes);
         info.caps.fua = true;
         info.caps.write_hints = true;
         // Host metadata is programmed in the same operation as its data.
@@ -148,6 +149,7 @@ impl Ssd {
         set("buffer_waits", c.buffer_waits);
         set("rmw_reads", c.rmw_reads);
         set("power_losses", c.power_losses);
+        set("host_queue_waits", st.ctl.hostif.queue_waits);
         set("ftl_host_units", f.host_slots);
         set("gc_copies", f.gc_copies);
         set("gc_lines", f.gc_lines);

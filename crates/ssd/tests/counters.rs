@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use flashrig_blockdev::{DevRef, WriteHints};
+use flashrig_blockdev::{BlockDevice, DevRef, WriteHints};
 use flashrig_runtime::{now_ns, run, spawn, RuntimeKind};
 use flashrig_ssd::config::{EvictorPolicy, SsdConfig};
 use flashrig_ssd::{PayloadMode, Ssd};
@@ -148,4 +148,38 @@ fn transient_aware_evictor_moves_fewer_units_to_dense_blocks() {
         transient["slc_evictions"],
         fifo["slc_evictions"]
     );
+}
+
+/// Each reactor has its own I/O queue: two reactors each keeping `queue_depth` commands in
+/// flight never wait for a slot, while one reactor keeping twice as many does.
+#[test]
+fn every_reactor_has_its_own_io_queue() {
+    let waits = |reactors: usize, per_reactor_qd: u64| {
+        let (w, _) = flashrig_runtime::run(RuntimeKind::Sim, reactors, move || async move {
+            let mut cfg = SsdConfig::preset("tiny").unwrap();
+            cfg.firmware.queue_depth = 4;
+            cfg.payload = PayloadMode::None;
+            let ssd = Arc::new(Ssd::new("ssd", &cfg).unwrap());
+            let mut hs = Vec::new();
+            for r in 0..reactors {
+                for q in 0..per_reactor_qd {
+                    let dev = ssd.clone();
+                    hs.push(flashrig_runtime::spawn_on(r, move || async move {
+                        let buf = vec![0u8; 4096];
+                        for i in 0..50u64 {
+                            let lba = (r as u64 * 1000 + q * 50 + i) % 2000;
+                            dev.write(lba, &buf, None, WriteHints::NONE).await.unwrap();
+                        }
+                    }));
+                }
+            }
+            for h in hs {
+                h.await;
+            }
+            flashrig_blockdev::snapshot_stack(ssd.as_ref()).counters["host_queue_waits"]
+        });
+        w
+    };
+    assert_eq!(waits(2, 4), 0, "two reactors at depth 4 each fit their own queues");
+    assert!(waits(1, 8) > 0, "one reactor at depth 8 overflows its queue of 4");
 }

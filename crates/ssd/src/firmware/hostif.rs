@@ -1,7 +1,9 @@
-//! The host interface: a submission queue of bounded depth and the host link.
+//! The host interface: submission queues of bounded depth and the host link.
 //!
-//! A command submitted while `queue_depth` commands are in flight starts when the earliest of
-//! them completes (commands are served in order of arrival). Data crosses the link (PCIe) at
+//! Each reactor (host core) has its own I/O queue pair, as NVMe drivers give every core one and
+//! SPDK every thread one, so reactors never share a queue slot. A command submitted while
+//! `queue_depth` commands of its queue are in flight starts when the earliest of them
+//! completes (commands are served in order of arrival). Data crosses the link (PCIe) at
 //! `host_mb_per_s`, one timeline per direction since the link is full duplex.
 
 use std::collections::VecDeque;
@@ -45,7 +47,11 @@ impl Times {
 
 pub struct HostIf {
     depth: usize,
-    in_flight: Times,
+    /// Completion times of the commands in flight, per I/O queue (reactor).
+    queues: Vec<Times>,
+    /// The queue of the command being processed (set by `admit`, used by `complete`; the
+    /// controller handles one command at a time).
+    current: usize,
     ps_per_byte: u64,
     to_device_free_ns: u64,
     to_host_free_ns: u64,
@@ -58,7 +64,8 @@ impl HostIf {
     pub fn new(depth: u32, host_mb_per_s: f64, command_ns: u64) -> HostIf {
         HostIf {
             depth: depth as usize,
-            in_flight: Times::default(),
+            queues: vec![Times::default()],
+            current: 0,
             ps_per_byte: if host_mb_per_s > 0.0 { (1e6 / host_mb_per_s).round() as u64 } else { 0 },
             to_device_free_ns: 0,
             to_host_free_ns: 0,
@@ -67,12 +74,20 @@ impl HostIf {
         }
     }
 
-    /// When a command arriving at `t_ns` starts (after its controller time).
+    /// When a command arriving at `t_ns` on the calling reactor's queue starts (after its
+    /// controller time).
     pub fn admit(&mut self, t_ns: u64) -> u64 {
-        self.in_flight.drop_until(t_ns);
+        let q =
+            if flashrig_runtime::in_runtime() { flashrig_runtime::current_reactor() } else { 0 };
+        if self.queues.len() <= q {
+            self.queues.resize_with(q + 1, Times::default);
+        }
+        self.current = q;
+        let in_flight = &mut self.queues[q];
+        in_flight.drop_until(t_ns);
         let mut start = t_ns;
-        if self.in_flight.len() >= self.depth {
-            let d = self.in_flight.pop_earliest().expect("queue is full, so not empty");
+        if in_flight.len() >= self.depth {
+            let d = in_flight.pop_earliest().expect("queue is full, so not empty");
             start = start.max(d);
             self.queue_waits += 1;
         }
@@ -81,7 +96,7 @@ impl HostIf {
 
     /// Records a command's completion time (it holds its queue slot until then).
     pub fn complete(&mut self, done_ns: u64) {
-        self.in_flight.push(done_ns);
+        self.queues[self.current].push(done_ns);
     }
 
     fn xfer_ns(&self, bytes: usize) -> u64 {
@@ -104,7 +119,7 @@ impl HostIf {
 
     /// Power loss: nothing is in flight any more.
     pub fn reset(&mut self, t_ns: u64) {
-        self.in_flight.clear();
+        self.queues.iter_mut().for_each(Times::clear);
         self.to_device_free_ns = t_ns;
         self.to_host_free_ns = t_ns;
     }

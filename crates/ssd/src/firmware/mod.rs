@@ -87,7 +87,7 @@ fn mask(first: u32, count: u32) -> u128 {
 pub struct Controller {
     pub layout: Layout,
     shape: Shape,
-    hostif: HostIf,
+    pub(crate) hostif: HostIf,
     buffer: Box<dyn WriteBuffer>,
     /// Buffer capacity in mapping units (0: write through).
     buffer_cap: usize,

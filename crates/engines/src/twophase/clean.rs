@@ -1,0 +1,275 @@
+//! The conversion phase and AFA-level GC, which are one mechanism here: the *cleaner* packs
+//! up to one stripe's worth (k chunks) of valid blocks into a free row as a new stripe.
+//!
+//! - Conversion (replicated data past the watermark, or the log past its row budget): the
+//!   oldest valid replicated blocks, so log rows empty in the order they were written.
+//! - GC (spare rows down to the reserve a writer must leave): first the valid blocks of the
+//!   rows with the fewest (stripes whose data was overwritten or trimmed, padded stripes, log
+//!   rows), then the oldest replicated blocks.
+//!
+//! Steps: choose the blocks and pin their rows; take a free row; read the blocks (degraded
+//! where a member is gone); compute parity (charged as parity work, the gathering as copies);
+//! write the k + m chunks with per-block metadata under the row's shared lock; remap the blocks
+//! still current at their source (a block overwritten meanwhile stays behind, born invalid in
+//! the new stripe). A stripe not filled is padded. Only one cleaner runs at a time; user
+//! writes that need it wait for it, which is how the paper's "user I/O requests are delayed"
+//! comes about.
+//!
+//! Freed rows are reused only after a *barrier*: a flush of every member that started after
+//! the row was freed (a user flush counts). Until then the row may hold the only durable copy
+//! of something its replacement has not yet made durable. Then the row is trimmed on its
+//! members and becomes free.
+
+use futures_util::future::join_all;
+
+use flashrig_blockdev::{DevError, DevResult, WriteHints};
+use flashrig_runtime::sleep_ns;
+
+use super::format::{BlockMd, ParityKey, Tag, FORMAT_VERSION};
+use super::read::runs;
+use super::state::{Loc, Mode, Need, Source};
+use super::Twophase;
+
+impl Twophase {
+    /// Runs the cleaner (one at a time) until writers needing `rows_needed` new rows may go
+    /// on. Returns `false` when conversion was wanted but could move nothing more (what is
+    /// left is in rows still being written), so the writer should go ahead anyway.
+    pub(super) async fn make_room(&self, rows_needed: u64) -> DevResult<bool> {
+        let _one = self.cleaner.lock(0).await;
+        loop {
+            let Some(mode) = self.tables.lock().clean_mode(rows_needed) else {
+                return Ok(true);
+            };
+            if !self.clean_once(mode).await? {
+                if mode == Mode::Convert {
+                    return Ok(false);
+                }
+                let t = self.tables.lock();
+                return Err(DevError::NoSpace(format!(
+                    "{}: the cleaner found nothing to move with {} spare rows \
+                     ({} free, {} awaiting a flush)",
+                    self.info.name,
+                    t.spare_rows(),
+                    t.free_rows(),
+                    t.pending_rows()
+                )));
+            }
+        }
+    }
+
+    /// Writes one stripe; returns whether anything was moved.
+    async fn clean_once(&self, mode: Mode) -> DevResult<bool> {
+        let (row, gen, sources) = loop {
+            let need = {
+                let mut t = self.tables.lock();
+                let sources = t.plan(mode);
+                if sources.is_empty() {
+                    return Ok(false);
+                }
+                match t.alloc_stripe() {
+                    Ok(row) => break (row, t.gen_of(row), sources),
+                    Err(n) => {
+                        for s in &sources {
+                            t.unpin(s.loc.row());
+                        }
+                        n
+                    }
+                }
+            };
+            debug_assert_eq!(need, Need::Prepare);
+            self.prepare_rows().await?;
+        };
+        match self.build_stripe(row, gen, &sources).await {
+            Ok(stripe_seq) => {
+                let moved = {
+                    let mut t = self.tables.lock();
+                    t.commit_stripe(row, &sources, stripe_seq)
+                };
+                let bs = self.block_bytes() as u64;
+                let d = self.geo.stripe_data_blocks();
+                self.c.stripes_written.inc();
+                match mode {
+                    Mode::Convert => self.c.conversions.inc(),
+                    Mode::Gc => self.c.gc_runs.inc(),
+                }
+                self.c.converted_bytes.add(moved.from_log * bs);
+                self.c.gc_moved_bytes.add(moved.from_stripes * bs);
+                self.c.padding_blocks.add(d - sources.len() as u64);
+                let updates = moved.from_log + moved.from_stripes;
+                self.c.map_updates.add(updates);
+                self.costs.charge_map_updates(updates).await;
+                Ok(true)
+            }
+            Err(e) => {
+                self.tables.lock().abort_stripe(row, &sources);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads the sources, computes parity and writes stripe row `row`; returns the stripe's
+    /// sequence number.
+    async fn build_stripe(&self, row: u64, gen: u16, sources: &[Source]) -> DevResult<u64> {
+        let (bs, mdb) = (self.block_bytes(), self.md_bytes);
+        let (k, m, c) = (self.geo.k, self.geo.m, self.geo.chunk_blocks as usize);
+        let chunk_bytes = c * bs;
+        let mut data = vec![0u8; k * chunk_bytes];
+        self.read_sources(sources, &mut data[..sources.len() * bs]).await?;
+        self.costs.charge_copy((sources.len() * bs) as u64).await;
+        let mut parity = vec![vec![0u8; chunk_bytes]; m];
+        {
+            let chunks: Vec<&[u8]> = data.chunks(chunk_bytes).collect();
+            let mut rows: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
+            self.costs.charge_parity(data.len() as u64).await;
+            self.codec.encode(&chunks, &mut rows).map_err(|e| DevError::Invalid(e.to_string()))?;
+            self.c.parity_bytes.add((m * chunk_bytes) as u64);
+        }
+        let stripe_seq = self.tables.lock().alloc_seq();
+        // Per-chunk metadata, code order (data 0..k, then parity).
+        let mut mds: Vec<Vec<u8>> = Vec::with_capacity(k + m);
+        for d in 0..k {
+            let mut md = vec![0u8; c * mdb];
+            for (b, mb) in md.chunks_exact_mut(mdb).enumerate() {
+                let at = d * c + b;
+                let block = &data[at * bs..(at + 1) * bs];
+                let bm = match sources.get(at) {
+                    Some(s) => match s.owner.trim() {
+                        Some(rec) => BlockMd::item(Tag::StripeTrim, s.trim_start, d, rec, gen),
+                        None => BlockMd::item(Tag::StripeData, s.owner.key, d, s.owner.seq, gen),
+                    },
+                    None => BlockMd::item(Tag::StripePad, 0, d, stripe_seq, gen),
+                };
+                bm.encode(mb, block);
+            }
+            mds.push(md);
+        }
+        for (r, p) in parity.iter().enumerate() {
+            let key = ParityKey { row, k, m, r, version: FORMAT_VERSION };
+            let mut md = vec![0u8; c * mdb];
+            for (mb, block) in md.chunks_exact_mut(mdb).zip(p.chunks_exact(bs)) {
+                BlockMd::parity(key, stripe_seq, gen).encode(mb, block);
+            }
+            mds.push(md);
+        }
+        let _row = self.rowlocks.shared(row).await;
+        let missing = self.tables.lock().row(row).missing;
+        let lba = self.geo.member_lba(row);
+        let results = join_all((0..k + m).map(|x| {
+            let i = self.geo.chunk_member(row, x);
+            let bytes =
+                if x < k { &data[x * chunk_bytes..(x + 1) * chunk_bytes] } else { &parity[x - k] };
+            let md = &mds[x];
+            async move {
+                if !self.available(i, missing) {
+                    return Ok(false);
+                }
+                self.write_member(i, lba, bytes, md, WriteHints::NONE).await
+            }
+        }))
+        .await;
+        let mut err = None;
+        let gone = {
+            let mut t = self.tables.lock();
+            for (x, r) in results.into_iter().enumerate() {
+                match r {
+                    Ok(true) => {}
+                    Ok(false) => t.mark_missing(row, self.geo.chunk_member(row, x)),
+                    Err(e) => {
+                        err.get_or_insert(e);
+                    }
+                }
+            }
+            t.row(row).missing.count_ones() as usize
+        };
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if gone > m {
+            return Err(DevError::DeviceFailed {
+                name: format!(
+                    "{}: stripe row {row} reached only {} of {} members",
+                    self.info.name,
+                    k + m - gone,
+                    k + m
+                ),
+            });
+        }
+        Ok(stripe_seq)
+    }
+
+    /// Reads the sources' blocks, in order, into `buf`.
+    async fn read_sources(&self, sources: &[Source], buf: &mut [u8]) -> DevResult<()> {
+        let bs = self.block_bytes();
+        let plan: Vec<(u64, Loc)> =
+            sources.iter().enumerate().map(|(i, s)| (i as u64, s.loc)).collect();
+        let runs = runs(&plan, self.geo.chunk_blocks);
+        let mut rest = buf;
+        let mut futs = Vec::with_capacity(runs.len());
+        for run in &runs {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(run.count as usize * bs);
+            rest = tail;
+            futs.push(self.read_run(run.loc, run.count, head, run.first));
+        }
+        join_all(futs).await.into_iter().collect::<DevResult<Vec<()>>>().map(|_| ())
+    }
+
+    /// A flush of every member; rows freed before it started may be reused once it completes.
+    pub(super) async fn barrier(&self) -> DevResult<()> {
+        let e = {
+            let mut t = self.tables.lock();
+            t.epoch += 1;
+            t.epoch
+        };
+        self.flush_members().await?;
+        let mut t = self.tables.lock();
+        t.barrier_passed = t.barrier_passed.max(e);
+        Ok(())
+    }
+
+    /// Turns freed rows into free ones: a barrier if none is behind one yet, then trims them.
+    /// Returns without having freed anything when the freed rows are pinned by reads in
+    /// flight (after letting time pass); the caller tries again.
+    pub(super) async fn prepare_rows(&self) -> DevResult<()> {
+        let (reusable, pending) = {
+            let t = self.tables.lock();
+            (t.reusable(), t.pending_rows())
+        };
+        if !reusable && pending > 0 {
+            self.c.barriers.inc();
+            self.barrier().await?;
+        }
+        let rows = self.tables.lock().take_reusable();
+        if rows.is_empty() {
+            let (free, spare) = {
+                let t = self.tables.lock();
+                (t.free_rows(), t.spare_rows())
+            };
+            if free == 0 && spare == 0 {
+                return Err(DevError::NoSpace(format!(
+                    "{}: no row is free or freed",
+                    self.info.name
+                )));
+            }
+            sleep_ns(1_000).await;
+            return Ok(());
+        }
+        let c = self.geo.chunk_blocks;
+        let trims = rows.iter().flat_map(|&r| (0..self.geo.members()).map(move |i| (r, i)));
+        join_all(trims.map(|(r, i)| async move {
+            if self.failed[i].load(std::sync::atomic::Ordering::Acquire) {
+                return;
+            }
+            let (dev, inc) = self.member(i);
+            self.costs.charge_member_ios(1).await;
+            // A trim that fails leaves stale blocks of an older generation, which recovery
+            // ignores; only a failed device is worth noting.
+            if let Err(e) = dev.trim(self.geo.member_lba(r), c).await {
+                self.note_error(i, inc, &e);
+            }
+        }))
+        .await;
+        self.c.row_trims.add(rows.len() as u64);
+        self.tables.lock().finish_trim(&rows);
+        Ok(())
+    }
+}

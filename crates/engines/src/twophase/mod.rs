@@ -1,0 +1,566 @@
+//! `twophase`: a FusionRAID-like two-phase-write all-flash array (`scalaafa-atc24.txt` §2.2,
+//! "Two-phase write AFA"), storing real bytes.
+//!
+//! - **Replication phase**: a user write is appended, out of place, to the replica log: m + 1
+//!   copies on m + 1 different members, acknowledged once every copy is on its member. A
+//!   mapping table (one entry per 4 KiB user block) says where each block's current version
+//!   is; the old location becomes invalid.
+//! - **Conversion phase**: when the replicated data passes the watermark (5% of capacity by
+//!   default), user writes wait while the host converts: it reads one stripe's worth of the
+//!   oldest valid replicated blocks, computes m parity chunks, writes data and parity as one
+//!   stripe (one chunk per member, parity rotating), remaps the blocks and frees the replicas
+//!   (§3.1: for k + m that is (m + 1) + 1 + m/k times the user's bytes written).
+//! - **AFA-level GC**: when free rows run low, the valid blocks of the emptiest rows (stripes
+//!   whose data was overwritten, or log rows) are packed into new stripes and their rows freed.
+//!
+//! Files: [`layout`] (rows, replica sets, stripes, capacity), [`format`] (per-block metadata
+//! and trim records on the members), `state` (the host's tables), [`locks`] (row locks),
+//! `write` (replication and trims), `read` (normal and degraded reads), `clean` (conversion,
+//! GC, flush barriers), `rebuild`, `recover` ([`Twophase::open`]). docs/twophase.md describes
+//! the design, the on-disk format and recovery.
+//!
+//! Crash consistency: every member block carries its user LBA, a global sequence number and
+//! its row's generation in its metadata (members need at least 16 metadata bytes per block,
+//! written atomically with the data, or 24 bytes so a checksum can stand in for atomicity).
+//! After a crash, [`Twophase::open`] scans the members and takes the newest version of every
+//! block. Trims are durable as trim records in the log. A row is reused only after a member
+//! flush that started after it was freed, so nothing that recovery might need is overwritten
+//! before what replaced it is durable.
+
+pub mod format;
+pub mod layout;
+pub mod locks;
+
+mod clean;
+mod read;
+mod rebuild;
+mod recover;
+mod state;
+mod write;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use flashrig_blockdev::{
+    check_io, check_range, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, WriteHints,
+};
+use flashrig_erasure::Codec;
+use flashrig_metrics::{Counter, Registry};
+use flashrig_runtime::cost::SharedLockModel;
+use flashrig_runtime::HostCosts;
+use parking_lot::{Mutex, RwLock};
+
+use crate::raid::locks::StripeLocks;
+use crate::{check_members, EngineConstraints};
+pub use layout::TwophaseGeometry;
+pub use recover::{RecoveryReport, StepReport, RECOVERY_STEPS};
+use state::Tables;
+
+/// The constraints of a k + m two-phase array, as data: k + m members, any m of which may
+/// fail; members must store at least [`format::MD_BYTES`] metadata bytes per block.
+pub fn constraints(k: usize, m: usize) -> EngineConstraints {
+    EngineConstraints { name: "twophase", min_members: k + m, failures_tolerated: m }
+}
+
+/// The default chunk: 16 blocks, 64 KiB with 4 KiB blocks (the chunk size of every engine in
+/// the paper's evaluation, §6.1).
+pub const DEFAULT_CHUNK_BLOCKS: u64 = 16;
+
+#[derive(Clone, Debug)]
+pub struct TwophaseOptions {
+    /// Data chunks per stripe.
+    pub k: usize,
+    /// Parity chunks per stripe (1 or 2); user writes are replicated m + 1 times.
+    pub m: usize,
+    pub chunk_blocks: u64,
+    /// Replicated data, as a fraction of the capacity, above which conversion starts and user
+    /// writes wait (§2.2: "e.g., 5% of the AFA capacity").
+    pub watermark_fraction: f64,
+    /// Conversion, once started, goes on until the replicated data is at most this fraction
+    /// (the paper does not say when conversion stops; default: half the watermark).
+    pub low_watermark_fraction: f64,
+    /// Host software costs (the kernel profile for a FusionRAID-like engine).
+    pub costs: Arc<HostCosts>,
+    /// The engine's shared lock, passed once per request when set (a lock-based kernel engine).
+    pub lock: Option<Arc<SharedLockModel>>,
+}
+
+impl TwophaseOptions {
+    /// A k + m array with the defaults: 64 KiB chunks (at 4 KiB blocks), watermark 5%, low
+    /// watermark 2.5%, no host costs.
+    pub fn new(k: usize, m: usize) -> TwophaseOptions {
+        TwophaseOptions {
+            k,
+            m,
+            chunk_blocks: DEFAULT_CHUNK_BLOCKS,
+            watermark_fraction: 0.05,
+            low_watermark_fraction: 0.025,
+            costs: Arc::new(HostCosts::default()),
+            lock: None,
+        }
+    }
+}
+
+/// What the engine holds right now (for tests and reports).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TwophaseStats {
+    /// Valid user blocks and trim records in the replica log.
+    pub replicated_blocks: u64,
+    pub free_rows: u64,
+    /// Freed rows waiting for a flush (and trim) before reuse.
+    pub pending_rows: u64,
+    pub log_rows: u64,
+    pub stripe_rows: u64,
+    /// User blocks with a mapping entry (data or trimmed).
+    pub mapped_blocks: u64,
+    pub trim_records: u64,
+}
+
+pub struct Twophase {
+    info: DeviceInfo,
+    geo: TwophaseGeometry,
+    codec: Codec,
+    members: RwLock<Vec<DevRef>>,
+    /// Bumped when a member slot gets a replacement, so errors of the old device are ignored.
+    incarnation: Vec<AtomicU64>,
+    failed: Vec<AtomicBool>,
+    /// Metadata bytes per member block.
+    md_bytes: usize,
+    tables: Mutex<Tables>,
+    rowlocks: locks::RowLocks,
+    /// One cleaner at a time (key 0).
+    cleaner: StripeLocks,
+    costs: Arc<HostCosts>,
+    lock: Option<Arc<SharedLockModel>>,
+    metrics: Arc<Registry>,
+    c: Counters,
+    recovery: Option<RecoveryReport>,
+}
+
+struct Counters {
+    user_reads: Arc<Counter>,
+    user_read_bytes: Arc<Counter>,
+    user_writes: Arc<Counter>,
+    user_write_bytes: Arc<Counter>,
+    trims: Arc<Counter>,
+    trim_records: Arc<Counter>,
+    flushes: Arc<Counter>,
+    replica_writes: Arc<Counter>,
+    replica_write_bytes: Arc<Counter>,
+    member_write_bytes: Arc<Counter>,
+    member_read_bytes: Arc<Counter>,
+    delayed_writes: Arc<Counter>,
+    conversions: Arc<Counter>,
+    gc_runs: Arc<Counter>,
+    stripes_written: Arc<Counter>,
+    converted_bytes: Arc<Counter>,
+    gc_moved_bytes: Arc<Counter>,
+    padding_blocks: Arc<Counter>,
+    parity_bytes: Arc<Counter>,
+    barriers: Arc<Counter>,
+    row_trims: Arc<Counter>,
+    map_updates: Arc<Counter>,
+    degraded_reads: Arc<Counter>,
+    reconstructed_bytes: Arc<Counter>,
+    read_errors_repaired: Arc<Counter>,
+    member_failures: Arc<Counter>,
+    rebuilt_rows: Arc<Counter>,
+    rebuilt_bytes: Arc<Counter>,
+    repaired_blocks: Arc<Counter>,
+}
+
+impl Counters {
+    fn new(r: &Registry) -> Counters {
+        Counters {
+            user_reads: r.counter("user_reads"),
+            user_read_bytes: r.counter("user_read_bytes"),
+            user_writes: r.counter("user_writes"),
+            user_write_bytes: r.counter("user_write_bytes"),
+            trims: r.counter("trims"),
+            trim_records: r.counter("trim_records"),
+            flushes: r.counter("flushes"),
+            replica_writes: r.counter("replica_writes"),
+            replica_write_bytes: r.counter("replica_write_bytes"),
+            member_write_bytes: r.counter("member_write_bytes"),
+            member_read_bytes: r.counter("member_read_bytes"),
+            delayed_writes: r.counter("delayed_writes"),
+            conversions: r.counter("conversions"),
+            gc_runs: r.counter("gc_runs"),
+            stripes_written: r.counter("stripes_written"),
+            converted_bytes: r.counter("converted_bytes"),
+            gc_moved_bytes: r.counter("gc_moved_bytes"),
+            padding_blocks: r.counter("padding_blocks"),
+            parity_bytes: r.counter("parity_bytes"),
+            barriers: r.counter("barriers"),
+            row_trims: r.counter("row_trims"),
+            map_updates: r.counter("map_updates"),
+            degraded_reads: r.counter("degraded_reads"),
+            reconstructed_bytes: r.counter("reconstructed_bytes"),
+            read_errors_repaired: r.counter("read_errors_repaired"),
+            member_failures: r.counter("member_failures"),
+            rebuilt_rows: r.counter("rebuilt_rows"),
+            rebuilt_bytes: r.counter("rebuilt_bytes"),
+            repaired_blocks: r.counter("repaired_blocks"),
+        }
+    }
+}
+
+fn invalid(msg: String) -> DevError {
+    DevError::Invalid(format!("twophase: {msg}"))
+}
+
+impl Twophase {
+    /// A new array over blank members (never written, or trimmed: see [`Twophase::create`]).
+    /// Nothing is written until the first user write.
+    pub fn new(name: &str, members: Vec<DevRef>, opts: TwophaseOptions) -> DevResult<Twophase> {
+        let (k, m) = (opts.k, opts.m);
+        if k == 0 || !(1..=2).contains(&m) {
+            return Err(invalid(format!("k = {k}, m = {m}: k must be >= 1 and m 1 or 2")));
+        }
+        if k + m > 64 {
+            return Err(invalid(format!("{k} + {m} members: at most 64 are supported")));
+        }
+        if members.len() != k + m {
+            return Err(invalid(format!(
+                "{k} + {m} needs exactly {} members, got {}",
+                k + m,
+                members.len()
+            )));
+        }
+        let (bs, _) = check_members(&constraints(k, m), &members)?;
+        let md = members[0].info().md_bytes_per_block as usize;
+        if let Some(d) =
+            members.iter().find(|d| (d.info().md_bytes_per_block as usize) < format::MD_BYTES)
+        {
+            return Err(invalid(format!(
+                "member {} stores {} metadata bytes per block; twophase needs at least {} \
+                 (user LBA and sequence number of every block, for crash recovery)",
+                d.info().name,
+                d.info().md_bytes_per_block,
+                format::MD_BYTES
+            )));
+        }
+        if let Some(d) = members.iter().find(|d| d.info().md_bytes_per_block as usize != md) {
+            return Err(invalid(format!(
+                "members {} and {} store different metadata sizes ({} and {} bytes per block)",
+                members[0].info().name,
+                d.info().name,
+                md,
+                d.info().md_bytes_per_block
+            )));
+        }
+        if md < format::MD_BYTES_CHECKSUM {
+            if let Some(d) = members.iter().find(|d| !d.info().caps.md_atomic) {
+                return Err(invalid(format!(
+                    "member {} does not write metadata atomically with data; twophase then \
+                     needs at least {} metadata bytes per block (for a data checksum), it has {md}",
+                    d.info().name,
+                    format::MD_BYTES_CHECKSUM
+                )));
+            }
+        }
+        if bs < 64 {
+            return Err(invalid(format!("block size {bs} is too small for trim records")));
+        }
+        if opts.chunk_blocks == 0 {
+            return Err(invalid("chunk size must be at least one block".into()));
+        }
+        let (w, lw) = (opts.watermark_fraction, opts.low_watermark_fraction);
+        let fractions_ok = w > 0.0 && w < 1.0 && (0.0..=w).contains(&lw);
+        if !fractions_ok {
+            return Err(invalid(format!(
+                "watermark {w} and low watermark {lw}: need 0 < watermark < 1 and \
+                 0 <= low watermark <= watermark"
+            )));
+        }
+        let codec = Codec::new(k, m).map_err(|e| invalid(e.to_string()))?;
+        let rows = members.iter().map(|d| d.info().num_blocks / opts.chunk_blocks).min().unwrap();
+        if rows >= format::MAX_ROWS {
+            return Err(invalid(format!("{rows} rows: at most 2^40 are supported")));
+        }
+        let geo = TwophaseGeometry::plan(k, m, opts.chunk_blocks, rows, w, lw)?;
+        if geo.capacity_blocks >= format::MAX_KEY {
+            return Err(invalid("capacity above 2^48 blocks is not supported".into()));
+        }
+        let mut info = DeviceInfo::new(name, bs, geo.capacity_blocks);
+        info.optimal_io_blocks = opts.chunk_blocks as u32;
+        info.caps.fua = true;
+        let metrics = Registry::new(name);
+        let c = Counters::new(&metrics);
+        let n = k + m;
+        Ok(Twophase {
+            info,
+            geo,
+            codec,
+            members: RwLock::new(members),
+            incarnation: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            md_bytes: md,
+            tables: Mutex::new(Tables::new(geo)),
+            rowlocks: locks::RowLocks::default(),
+            cleaner: StripeLocks::default(),
+            costs: opts.costs,
+            lock: opts.lock,
+            metrics,
+            c,
+            recovery: None,
+        })
+    }
+
+    /// Formats `members` (trims them whole and flushes) and returns a new array over them.
+    pub async fn create(
+        name: &str,
+        members: Vec<DevRef>,
+        opts: TwophaseOptions,
+    ) -> DevResult<Twophase> {
+        let eng = Twophase::new(name, members, opts)?;
+        let members = eng.members.read().clone();
+        for d in &members {
+            d.trim(0, d.info().num_blocks).await?;
+            d.flush().await?;
+        }
+        Ok(eng)
+    }
+
+    pub fn geometry(&self) -> TwophaseGeometry {
+        self.geo
+    }
+
+    /// Parity engine in use (`isa-l` or `rust`).
+    pub fn parity_backend(&self) -> &'static str {
+        self.codec.backend()
+    }
+
+    /// What [`Twophase::open`] found and did, when this array was recovered.
+    pub fn recovery(&self) -> Option<&RecoveryReport> {
+        self.recovery.as_ref()
+    }
+
+    pub fn stats(&self) -> TwophaseStats {
+        let t = self.tables.lock();
+        TwophaseStats {
+            replicated_blocks: t.replicated,
+            free_rows: t.free_rows(),
+            pending_rows: t.pending_rows(),
+            log_rows: t.log_rows.len() as u64,
+            stripe_rows: t.stripe_rows,
+            mapped_blocks: t.map.len() as u64,
+            trim_records: t.trims.len() as u64,
+        }
+    }
+
+    /// Rows that hold a complete stripe right now (for checking parity from outside).
+    pub fn stripe_rows(&self) -> Vec<u64> {
+        let t = self.tables.lock();
+        (0..self.geo.rows)
+            .filter(|&r| t.row(r).kind == state::Kind::Stripe && !t.row(r).building)
+            .collect()
+    }
+
+    /// Members marked failed (not counting one being rebuilt).
+    pub fn failed_members(&self) -> Vec<usize> {
+        (0..self.failed.len()).filter(|&i| self.failed[i].load(Ordering::Acquire)).collect()
+    }
+
+    /// Marks member `i` failed, as when it answers `DeviceFailed`.
+    pub fn fail_member(&self, i: usize) {
+        if !self.failed[i].swap(true, Ordering::AcqRel) {
+            self.c.member_failures.inc();
+        }
+    }
+
+    fn block_bytes(&self) -> usize {
+        self.info.block_size as usize
+    }
+
+    fn member(&self, i: usize) -> (DevRef, u64) {
+        (self.members.read()[i].clone(), self.incarnation[i].load(Ordering::Acquire))
+    }
+
+    /// Whether member `i` holds what it should of a row whose missing mask is `missing`.
+    fn available(&self, i: usize, missing: u64) -> bool {
+        !self.failed[i].load(Ordering::Acquire) && missing & (1 << i) == 0
+    }
+
+    /// Handles a member's error: `DeviceFailed` marks it failed (unless the slot has a newer
+    /// device by now). Returns whether redundancy may cover for it.
+    fn note_error(&self, i: usize, incarnation: u64, e: &DevError) -> bool {
+        match e {
+            DevError::DeviceFailed { .. } => {
+                if self.incarnation[i].load(Ordering::Acquire) == incarnation {
+                    self.fail_member(i);
+                }
+                true
+            }
+            DevError::ReadMedia { .. } | DevError::WriteMedia { .. } | DevError::Io { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Fails the request when more members are gone than the code tolerates.
+    fn check_alive(&self) -> DevResult<()> {
+        let gone = self.failed_members().len();
+        if gone > self.geo.m {
+            return Err(DevError::DeviceFailed {
+                name: format!(
+                    "{} ({gone} of {} members failed, {} tolerated)",
+                    self.info.name,
+                    self.geo.members(),
+                    self.geo.m
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes to member `i`: `Ok(true)` when written, `Ok(false)` when the member failed (or
+    /// answered a media error) and redundancy must cover for it.
+    async fn write_member(
+        &self,
+        i: usize,
+        lba: u64,
+        data: &[u8],
+        md: &[u8],
+        hints: WriteHints,
+    ) -> DevResult<bool> {
+        let (dev, inc) = self.member(i);
+        self.costs.charge_member_ios(1).await;
+        match dev.write(lba, data, Some(md), hints).await {
+            Ok(()) => {
+                self.c.member_write_bytes.add(data.len() as u64);
+                Ok(true)
+            }
+            Err(e) if self.note_error(i, inc, &e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads from member `i` (with metadata when `md` is given); `Ok(false)` as for writes.
+    async fn read_member(
+        &self,
+        i: usize,
+        lba: u64,
+        buf: &mut [u8],
+        md: Option<&mut [u8]>,
+    ) -> DevResult<bool> {
+        let (dev, inc) = self.member(i);
+        self.costs.charge_member_ios(1).await;
+        match dev.read(lba, buf, md).await {
+            Ok(()) => Ok(true),
+            Err(e) if self.note_error(i, inc, &e) => {
+                if !matches!(e, DevError::DeviceFailed { .. }) {
+                    self.c.read_errors_repaired.inc();
+                }
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Flushes every member that has not failed.
+    async fn flush_members(&self) -> DevResult<()> {
+        let members = self.members.read().clone();
+        let incs: Vec<u64> = self.incarnation.iter().map(|x| x.load(Ordering::Acquire)).collect();
+        let futs = members.iter().enumerate().map(|(i, d)| {
+            let inc = incs[i];
+            async move {
+                if self.failed[i].load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                match d.flush().await {
+                    Ok(()) => Ok(()),
+                    Err(e @ DevError::DeviceFailed { .. }) => {
+                        self.note_error(i, inc, &e);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        });
+        futures_util::future::try_join_all(futs).await?;
+        self.check_alive()
+    }
+
+    async fn pass_lock(&self) {
+        if let Some(l) = &self.lock {
+            l.pass(&self.costs).await;
+        }
+    }
+
+    fn update_values(&self) {
+        let s = self.stats();
+        let cap = self.geo.capacity_blocks.max(1) as f64;
+        let user = self.c.user_write_bytes.get();
+        let m = &self.metrics;
+        m.set_value("replicated_fraction", s.replicated_blocks as f64 / cap);
+        m.set_value(
+            "host_write_amplification",
+            if user == 0 { 0.0 } else { self.c.member_write_bytes.get() as f64 / user as f64 },
+        );
+        m.set_value("free_rows", s.free_rows as f64);
+        m.set_value("pending_rows", s.pending_rows as f64);
+        m.set_value("log_rows", s.log_rows as f64);
+        m.set_value("stripe_rows", s.stripe_rows as f64);
+        m.set_value("watermark_blocks", self.geo.watermark_blocks as f64);
+        m.set_value("capacity_blocks", self.geo.capacity_blocks as f64);
+    }
+}
+
+#[async_trait(?Send)]
+impl BlockDevice for Twophase {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn kind(&self) -> &'static str {
+        "twophase"
+    }
+
+    fn metrics(&self) -> Option<Arc<Registry>> {
+        self.update_values();
+        Some(self.metrics.clone())
+    }
+
+    fn children(&self) -> Vec<DevRef> {
+        self.members.read().clone()
+    }
+
+    async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
+        let blocks = check_io(&self.info, lba, buf.len(), md.as_ref().map(|m| m.len()))?;
+        self.c.user_reads.inc();
+        self.c.user_read_bytes.add(buf.len() as u64);
+        self.costs.charge_request().await;
+        self.pass_lock().await;
+        self.read_blocks(lba, blocks, buf).await
+    }
+
+    async fn write(
+        &self,
+        lba: u64,
+        data: &[u8],
+        md: Option<&[u8]>,
+        hints: WriteHints,
+    ) -> DevResult<()> {
+        let blocks = check_io(&self.info, lba, data.len(), md.map(|m| m.len()))?;
+        self.c.user_writes.inc();
+        self.costs.charge_request().await;
+        self.pass_lock().await;
+        self.write_blocks(lba, blocks, data, hints).await?;
+        self.c.user_write_bytes.add(data.len() as u64);
+        Ok(())
+    }
+
+    async fn flush(&self) -> DevResult<()> {
+        self.c.flushes.inc();
+        self.barrier().await
+    }
+
+    async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
+        check_range(&self.info, lba, num_blocks)?;
+        self.c.trims.inc();
+        self.costs.charge_request().await;
+        self.pass_lock().await;
+        self.trim_blocks(lba, num_blocks).await
+    }
+}
