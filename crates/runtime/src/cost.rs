@@ -82,36 +82,44 @@ pub const KERNEL_REQUEST_NS: u64 = 5_716;
 /// rounded.
 pub const KERNEL_MEMBER_IO_NS: u64 = 856;
 
-// Measured by `flashrig calibrate` on the development machine (AMD EPYC 7B13-class, 2 vCPUs
-// under KVM, 2026-11-23; docs/cost-model.md has the full output). The same code costs the
-// same in either profile: parity, copies and mapping updates are host CPU work whoever does
-// them, and a cache-line hand-off is a property of the machine.
+// Measured by `flashrig calibrate` (release build) on the development machine: 2 vCPUs of an
+// AMD EPYC under KVM (1 MiB L2 per core, 32 MiB L3), 2026-11-23, 16:17-16:21 UTC, five full
+// runs back to back on an otherwise idle machine; each default is the median over the five
+// runs of that run's figure (itself a median of repetitions), and the doc comment gives the
+// five runs' range. docs/cost-model.md has the per-run table and one run's output. The same
+// code costs the same in either profile: parity, copies and mapping updates are host CPU work
+// whoever does them, and a cache-line hand-off is a property of the machine.
 
-/// Parity through `flashrig_erasure::Codec::encode`, 4+1, 64 KiB chunks, per KiB of data
-/// (`flashrig calibrate`: `parity_4p1_ns_per_kib`; 6+1 and 6+2 are reported beside it).
-pub const MEASURED_PARITY_NS_PER_KIB: f64 = 0.0;
-/// `copy_from_slice` of 64 KiB buffers over a 16 MiB working set (larger than L2), per KiB
-/// (`flashrig calibrate`: `copy_ns_per_kib`).
-pub const MEASURED_COPY_NS_PER_KIB: f64 = 0.0;
-/// One update of a `Vec<u64>` mapping table of 1 Mi entries at a random index
-/// (`flashrig calibrate`: `map_update_vec_ns`).
-pub const MEASURED_MAP_UPDATE_NS: u64 = 0;
-/// Half the round trip of two threads ping-ponging one cache line through an atomic
-/// (`flashrig calibrate`: `lock_handoff_ns`).
-pub const MEASURED_LOCK_HANDOFF_NS: u64 = 0;
+/// Parity through `flashrig_erasure::Codec::encode` (ISA-L), 4+1, 64 KiB chunks, stripes
+/// round robin over 16 MiB of data, per KiB of data (`parity_4p1_ns_per_kib`; runs
+/// 65.1-73.4, 15.0 GB/s at the median; 6+1 measured 62.9 and 6+2 98.4 ns per KiB).
+pub const MEASURED_PARITY_NS_PER_KIB: f64 = 68.256;
+/// `copy_from_slice` of 64 KiB buffers between two page-aligned 8 MiB regions (16 MiB,
+/// larger than L2), per KiB (`copy_ns_per_kib`; runs 73.2-104.2, 11.9 GB/s at the median;
+/// over 2 x 64 MiB, larger than L3: 175 ns per KiB).
+pub const MEASURED_COPY_NS_PER_KIB: f64 = 86.282;
+/// One update of a `Vec<u64>` mapping table of 1 Mi entries at a random index, the old entry
+/// read (`map_update_vec_ns`; runs 5.4-23.2 ns: independent updates overlap their cache
+/// misses; a `HashMap<u64, u64>` of 1 Mi entries measured 246 ns).
+pub const MEASURED_MAP_UPDATE_NS: u64 = 14;
+/// Half the round trip of two threads ping-ponging one cache line through an atomic, wall
+/// clock, median of 41 repetitions (`lock_handoff_ns`; runs 16.2-45.7 ns: about 16 ns when
+/// the host ran the two vCPUs on sibling hyperthreads, about 41-46 ns otherwise; earlier the
+/// same day, with the machine loaded, the fastest repetition was about 400 ns).
+pub const MEASURED_LOCK_HANDOFF_NS: u64 = 41;
 /// Our own critical section, uncontended: a `parking_lot::Mutex` taken and released around a
 /// stripe-state hash map look-up and insert (and the eviction of the oldest stripe) over 256
-/// active stripes, md's default `stripe_cache_size` (`flashrig calibrate`: `lock_hold_ns`).
-pub const MEASURED_LOCK_HOLD_NS: u64 = 0;
-/// flashrig's own cost of one 4 KiB write through its real runtime from a closed loop at QD32
-/// on one reactor into a RAM device that completes asynchronously (1 us modelled latency, so
-/// every request is suspended and woken as a polled completion would be): wall time /
-/// requests (`flashrig calibrate`: `submit_ns`).
-pub const MEASURED_SUBMIT_NS: u64 = 0;
-/// What one pass-through engine layer forwarding each request as one member I/O adds to that:
-/// a `concat` of one RAM device minus the RAM device alone (`flashrig calibrate`:
-/// `member_io_ns`).
-pub const MEASURED_MEMBER_IO_NS: u64 = 0;
+/// active stripes, md's default `stripe_cache_size` (`lock_hold_ns`; runs 14.5-23.2 ns).
+pub const MEASURED_LOCK_HOLD_NS: u64 = 17;
+/// flashrig's own per-request cost through its real runtime: a closed loop of random writes
+/// at QD32 on one reactor into a RAM device completing 1 us later (every request suspended
+/// and woken, as a polled completion is), reactor CPU time per request, net of the RAM
+/// device's payload work: 2 c(4 KiB) - c(8 KiB) (`request_ns`; runs 526-935 ns; c(4 KiB)
+/// itself 1 228 ns at the median, c(8 KiB) 1 562 ns).
+pub const MEASURED_SUBMIT_NS: u64 = 743;
+/// What one engine hop adds per member I/O: 4 KiB writes through a one-member `concat` over
+/// the same RAM device, minus the RAM device alone (`member_io_ns`; runs 286-345 ns).
+pub const MEASURED_MEMBER_IO_NS: u64 = 322;
 
 impl HostCosts {
     /// The kernel profile: a lock-based kernel array (mdraid, FusionRAID) driven through
