@@ -409,7 +409,10 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             if which == BenchArg::Engines || which == BenchArg::All {
                 let secs = if quick { 0.3 } else { 2.0 };
                 let stripes = 200_000 / scale;
-                let mut r = vec![flashrig::bench::raid_full_stripe_write(4, 1, stripes)];
+                let mut r = vec![
+                    flashrig::bench::raid_full_stripe_write(4, 1, stripes),
+                    flashrig::bench::twophase_write(4, 1, if quick { 1 } else { 3 }),
+                ];
                 for (k, m) in [(4, 1), (6, 1), (6, 2)] {
                     r.extend(flashrig::bench::parity_encode(k, m, secs));
                 }
