@@ -1,5 +1,5 @@
 //! Goal: the `twophase` engine (FusionRAID-like two-phase write) stores and returns real bytes
-//! for 2+1, 4+1, 4+2 and 6+2 with conversion and AFA-level GC running, keeps the parity of
+//! for 2+1, 4+1, 6+1, 4+2 and 6+2 with conversion and AFA-level GC running, keeps the parity of
 //! every stripe bit-exact, survives up to m member failures mid-run, rebuilds a replacement
 //! that holds exactly the right blocks, loses no acknowledged-and-flushed write (or trim) in a
 //! crash at any moment, and shows the write amplification of §3.1.
@@ -44,7 +44,7 @@ const RUNTIMES: [(RuntimeKind, usize); 3] =
 const CHUNK_BLOCKS: u64 = 4;
 const MEMBER_BLOCKS: u64 = 256;
 const MD_BYTES: u32 = 16;
-const GEOMETRIES: [(usize, usize); 4] = [(2, 1), (4, 1), (4, 2), (6, 2)];
+const GEOMETRIES: [(usize, usize); 5] = [(2, 1), (4, 1), (6, 1), (4, 2), (6, 2)];
 
 fn options(k: usize, m: usize) -> TwophaseOptions {
     TwophaseOptions {
