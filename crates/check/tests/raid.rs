@@ -12,6 +12,8 @@
 //! computation written here, not the engine's codec. Failures print the seed;
 //! `FLASHRIG_SEED=<n>` reruns that case.
 
+mod common;
+use common::{gf_mul, gf_pow};
 use std::sync::Arc;
 
 use flashrig_blockdev::{BlockDevice, DevError, DevRef, WriteHints};
@@ -130,26 +132,6 @@ async fn check_parity(a: &Array, k: usize, m: usize) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn gf_mul(mut a: u8, mut b: u8) -> u8 {
-    let mut p = 0u8;
-    while b != 0 {
-        if b & 1 != 0 {
-            p ^= a;
-        }
-        let carry = a & 0x80 != 0;
-        a <<= 1;
-        if carry {
-            a ^= 0x1D;
-        }
-        b >>= 1;
-    }
-    p
-}
-
-fn gf_pow(base: u8, e: usize) -> u8 {
-    (0..e).fold(1, |acc, _| gf_mul(acc, base))
 }
 
 #[test]

@@ -19,6 +19,8 @@
 //! per case, then fail a member and read everything back degraded. Failures print the seed;
 //! `FLASHRIG_SEED=<n>` reruns that case.
 
+mod common;
+use common::{gf_mul, gf_pow};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -153,26 +155,6 @@ fn check_stripe(row: u64, chunks: &[Vec<u8>], k: usize, m: usize) -> Result<(), 
         }
     }
     Ok(())
-}
-
-fn gf_mul(mut a: u8, mut b: u8) -> u8 {
-    let mut p = 0u8;
-    while b != 0 {
-        if b & 1 != 0 {
-            p ^= a;
-        }
-        let carry = a & 0x80 != 0;
-        a <<= 1;
-        if carry {
-            a ^= 0x1D;
-        }
-        b >>= 1;
-    }
-    p
-}
-
-fn gf_pow(base: u8, e: usize) -> u8 {
-    (0..e).fold(1, |acc, _| gf_mul(acc, base))
 }
 
 #[test]
