@@ -8,11 +8,13 @@ pub mod concat;
 mod fanout;
 pub mod layout;
 pub mod raid;
+pub mod scala;
 pub mod stripe;
 pub mod twophase;
 
 pub use concat::Concat;
 pub use raid::{Raid, RaidOptions};
+pub use scala::{Scala, ScalaOptions};
 pub use stripe::Stripe;
 pub use twophase::{Twophase, TwophaseOptions};
 

@@ -225,7 +225,21 @@ pub struct Firmware {
     pub slc_transient_factor: f64,
     /// Host metadata bytes stored in OOB with each logical block (0: none).
     pub md_bytes: u32,
+    /// ScalaAFA's conversion vendor command (scalaafa-atc24.txt §5.3): the firmware reads `k`
+    /// chunks into its DRAM, computes one parity row of them (data and per-block metadata) on
+    /// its parity engine, writes it at a destination and invalidates the sources. Off (a stock
+    /// SSD): the command answers `Unsupported` and `DeviceInfo.caps.convert` is false.
+    pub vendor_convert: bool,
+    /// Time the controller's XOR/Reed-Solomon engine takes per KiB of source data it reads
+    /// (one engine per SSD; conversions queue on it). The default is ScalaAFA's FPGA engine
+    /// (§6.1: 20 us for a 64 KiB parity chunk from 6 data chunks = 20,000 ns / 384 KiB).
+    /// Used only with `vendor_convert`.
+    pub convert_engine_ns_per_kib: f64,
 }
+
+/// ScalaAFA's XOR engine (scalaafa-atc24.txt §6.1): 20 us to compute a 64 KiB parity chunk
+/// from 6 data chunks, i.e. 20,000 ns per 384 KiB of source data.
+pub const SCALAAFA_ENGINE_NS_PER_KIB: f64 = 20_000.0 / 384.0;
 
 impl Default for Firmware {
     fn default() -> Self {
@@ -248,6 +262,8 @@ impl Default for Firmware {
             slc_evict_free_lines: 1,
             slc_transient_factor: 1.0,
             md_bytes: 16,
+            vendor_convert: false,
+            convert_engine_ns_per_kib: SCALAAFA_ENGINE_NS_PER_KIB,
         }
     }
 }
@@ -455,6 +471,16 @@ impl SsdConfig {
         if !(f.slc_transient_factor.is_finite() && f.slc_transient_factor >= 0.0) {
             return Err("firmware.slc_transient_factor must be 0 or more".into());
         }
+        // A bound of 1 s per KiB keeps every engine time (KiB of source times this) far from
+        // overflowing u64 nanoseconds for any command that fits a device.
+        if !(f.convert_engine_ns_per_kib.is_finite()
+            && (0.0..=1e9).contains(&f.convert_engine_ns_per_kib))
+        {
+            return Err(format!(
+                "firmware.convert_engine_ns_per_kib = {}: must be from 0 to 1e9",
+                f.convert_engine_ns_per_kib
+            ));
+        }
         // OOB budget: each mapping unit in a page keeps its logical number (4 bytes), its write
         // sequence number (8), a flag byte, and the host metadata of its blocks.
         let slots_per_page = (g.page_bytes / f.iu_bytes).max(1);
@@ -484,6 +510,23 @@ mod tests {
             let cfg = SsdConfig::preset(name).unwrap_or_else(|e| panic!("{name}: {e}"));
             cfg.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(!cfg.sources.is_empty(), "preset {name} cites no sources");
+        }
+    }
+
+    #[test]
+    fn only_scalaafas_ssd_has_the_conversion_command() {
+        for name in preset_names() {
+            let cfg = SsdConfig::preset(name).unwrap();
+            assert_eq!(cfg.firmware.vendor_convert, name == "scalaafa-femu", "{name}");
+        }
+        let f = SsdConfig::preset("scalaafa-femu").unwrap().firmware;
+        // 20 us for 6 x 64 KiB of source (scalaafa-atc24.txt §6.1).
+        assert!((f.convert_engine_ns_per_kib * 384.0 - 20_000.0).abs() < 1e-6);
+        assert_eq!(f.convert_engine_ns_per_kib, SCALAAFA_ENGINE_NS_PER_KIB);
+        let mut cfg = SsdConfig::preset("tiny").unwrap();
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 2e9] {
+            cfg.firmware.convert_engine_ns_per_kib = bad;
+            assert!(cfg.validate().unwrap_err().contains("firmware.convert_engine_ns_per_kib"));
         }
     }
 

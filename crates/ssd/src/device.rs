@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use flashrig_blockdev::{
-    check_io, check_range, BlockDevice, DevError, DevResult, DeviceInfo, WriteHints,
+    check_io, check_range, BlockDevice, DevError, DevResult, DeviceInfo, VendorCommand,
+    VendorReply, WriteHints,
 };
 use flashrig_metrics::Registry;
 use flashrig_runtime::{now_ns, runtime_kind, sleep_until_ns, RuntimeKind};
@@ -55,6 +56,8 @@ impl Ssd {
         info.caps.write_hints = true;
         // Host metadata is programmed in the same operation as its data.
         info.caps.md_atomic = true;
+        // ScalaAFA's conversion command, when the firmware has it (docs/ssd.md).
+        info.caps.convert = cfg.firmware.vendor_convert;
         info.optimal_io_blocks = (cfg.firmware.iu_bytes / cfg.firmware.block_bytes).max(1);
         Ok(Ssd {
             info,
@@ -149,6 +152,11 @@ impl Ssd {
         set("buffer_waits", c.buffer_waits);
         set("rmw_reads", c.rmw_reads);
         set("power_losses", c.power_losses);
+        let cv = &st.ctl.engine.counters;
+        set("convert_cmds", cv.cmds);
+        set("convert_read_bytes", cv.read_bytes);
+        set("convert_parity_bytes", cv.parity_bytes);
+        set("convert_engine_busy_ns", cv.engine_busy_ns);
         set("host_queue_waits", st.ctl.hostif.queue_waits);
         set("ftl_host_units", f.host_slots);
         set("gc_copies", f.gc_copies);
@@ -168,11 +176,14 @@ impl Ssd {
         let iu = layout.iu_bytes as f64;
         let host_units = f.host_slots as f64;
         let all_units = (f.host_slots + f.gc_copies + f.slc_evictions + f.pad_slots) as f64;
-        if c.write_bytes > 0 {
-            // Device level: mapping units programmed for the host per byte the host wrote
+        // Bytes the host asked the device to store: its writes, and the parity its conversion
+        // commands produced (which the FTL programs as host units).
+        let stored = c.write_bytes + cv.parity_bytes;
+        if stored > 0 {
+            // Device level: mapping units programmed for the host per byte it asked to store
             // (a 4 KiB write into a 64 KiB unit programs 64 KiB).
-            r.set_value("waf_device", host_units * iu / c.write_bytes as f64);
-            r.set_value("waf_total", n.program_bytes as f64 / c.write_bytes as f64);
+            r.set_value("waf_device", host_units * iu / stored as f64);
+            r.set_value("waf_total", n.program_bytes as f64 / stored as f64);
         }
         if f.host_slots > 0 {
             // NAND level: everything programmed per unit the host's writes produced.
@@ -235,5 +246,19 @@ impl BlockDevice for Ssd {
         }
         let sub = self.submit(|c, t| c.trim(t, lba, num_blocks))?;
         self.complete(sub).await
+    }
+
+    /// ScalaAFA's conversion command when `firmware.vendor_convert` is set (docs/ssd.md,
+    /// "Conversion command"); nothing else.
+    async fn vendor(&self, cmd: VendorCommand<'_>) -> DevResult<VendorReply> {
+        match cmd {
+            VendorCommand::Convert(c) if self.cfg.firmware.vendor_convert => {
+                let sub = self.submit(|ctl, t| ctl.convert(t, &c))?;
+                self.complete(sub).await?;
+                Ok(VendorReply::Done)
+            }
+            VendorCommand::Convert(_) => Err(DevError::Unsupported { command: "convert" }),
+            VendorCommand::Compute(_) => Err(DevError::Unsupported { command: "compute" }),
+        }
     }
 }

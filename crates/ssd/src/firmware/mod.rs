@@ -8,9 +8,11 @@
 //!
 //! One file per role: [`hostif`] (submission queue, host link), [`buffer`] (write buffer and
 //! its replacement policy), [`ftl`] (mapping), [`gc`] (victim choice, collection), [`slc`]
-//! (the SLC cache's evictor), [`recover`] (power loss and recovery).
+//! (the SLC cache's evictor), [`recover`] (power loss and recovery), [`convert`] (ScalaAFA's
+//! conversion vendor command and the parity engine).
 
 pub mod buffer;
+pub mod convert;
 pub mod ftl;
 pub mod gc;
 pub mod hostif;
@@ -104,6 +106,8 @@ pub struct Controller {
     ius: Vec<IuWrite>,
     pub ftl: Box<dyn Ftl>,
     pub counters: HostCounters,
+    /// The parity engine of the conversion command, and its counters.
+    pub engine: convert::Engine,
 }
 
 impl Controller {
@@ -134,6 +138,7 @@ impl Controller {
             ius: Vec::new(),
             ftl: Box::new(PageMap::new(cfg, layout.clone(), shape)),
             counters: HostCounters::default(),
+            engine: convert::Engine::new(f.convert_engine_ns_per_kib),
             layout,
             shape,
         })
@@ -301,10 +306,29 @@ impl Controller {
         t0: u64,
         lba: u64,
         buf: &mut [u8],
-        mut md: Option<&mut [u8]>,
+        md: Option<&mut [u8]>,
     ) -> DevResult<u64> {
         self.ftl.background(t0)?;
         let t = self.hostif.admit(t0);
+        let ready = self.gather(t, lba, buf, md)?;
+        let done = self.hostif.to_host(ready, buf.len());
+        self.counters.read_cmds += 1;
+        self.counters.read_bytes += buf.len() as u64;
+        self.hostif.complete(done);
+        Ok(done)
+    }
+
+    /// Assembles blocks at `lba` into `buf` (and metadata into `md`) in device DRAM, from the
+    /// write buffer where it holds them and from NAND (issued at `t`) otherwise; blocks never
+    /// written read as zeros. Returns when the last byte is in DRAM. Host reads and the
+    /// conversion command both read this way.
+    fn gather(
+        &mut self,
+        t: u64,
+        lba: u64,
+        buf: &mut [u8],
+        mut md: Option<&mut [u8]>,
+    ) -> DevResult<u64> {
         let bs = self.block_bytes();
         let mdb = self.md_bytes();
         let shape = self.shape;
@@ -342,17 +366,25 @@ impl Controller {
                 }
             }
         }
-        let done = self.hostif.to_host(ready, buf.len());
-        self.counters.read_cmds += 1;
-        self.counters.read_bytes += buf.len() as u64;
-        self.hostif.complete(done);
-        Ok(done)
+        Ok(ready)
     }
 
     /// Deallocates blocks; whole units are unmapped (durably at once), parts of units are
     /// written as zeros.
     pub fn trim(&mut self, t0: u64, lba: u64, blocks: u64) -> DevResult<u64> {
         let t = self.hostif.admit(t0);
+        let done = self.deallocate(t, lba, blocks)?;
+        self.counters.trims += 1;
+        self.counters.trim_bytes += blocks * self.block_bytes() as u64;
+        self.hostif.complete(done);
+        Ok(done)
+    }
+
+    /// What a trim does at `t`: whole units leave the buffer and are unmapped (their slots
+    /// become garbage, and a durable trim record keeps them unmapped across a power loss);
+    /// blocks of partly covered units are written as zeros. Returns when the zero writes are
+    /// done (`t` when there are none).
+    fn deallocate(&mut self, t: u64, lba: u64, blocks: u64) -> DevResult<u64> {
         let bs = self.block_bytes();
         let mut done = t;
         for p in pieces(lba, blocks, self.layout.blocks_per_iu) {
@@ -365,9 +397,6 @@ impl Controller {
                 done = done.max(self.write_piece(t, p, &zeros, None, 0, false)?);
             }
         }
-        self.counters.trims += 1;
-        self.counters.trim_bytes += blocks * bs as u64;
-        self.hostif.complete(done);
         Ok(done)
     }
 
@@ -416,6 +445,7 @@ impl Controller {
         };
         self.draining.clear();
         self.hostif.reset(t);
+        self.engine.reset(t);
         self.ftl.power_loss();
         self.counters.power_losses += 1;
         step

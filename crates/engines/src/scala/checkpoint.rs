@@ -1,0 +1,117 @@
+//! Periodic checkpoints (§5.4): the AMT, which stripes are converted, and which stripes may be
+//! written before the next checkpoint, so recovery scans only those.
+//!
+//! Order of a checkpoint (on the space manager's reactor, under its work lock, so no grant
+//! happens meanwhile):
+//! 1. recycled HHs (pending) join the free pool, and the grant window is refilled from it;
+//! 2. the scan list is every stripe granted, open, full or in the window;
+//! 3. the AMT is snapshot (every entry in it was written by a completed write);
+//! 4. the members are flushed (the snapshot's data is durable), the checkpoint is written to
+//!    slot `seq % 2` of m + 1 live members (rotating), and the members are flushed again.
+//!
+//! A recycled HH is granted only from a window declared by a durable checkpoint, and that
+//! checkpoint no longer points into it.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use flashrig_blockdev::{DevResult, WriteHints};
+use futures_util::future::join_all;
+
+use super::format::Checkpoint;
+use super::tables::state;
+use super::Inner;
+
+impl Inner {
+    pub(crate) async fn write_checkpoint(self: &Arc<Self>) -> DevResult<()> {
+        let g = &self.geo;
+        let (seq, ckpt) = {
+            let mut mgr = self.mgr.lock();
+            let pending = std::mem::take(&mut mgr.pending);
+            mgr.pool.extend(pending);
+            let target = self.window_target();
+            while mgr.window.len() < target {
+                let Some(s) = mgr.pool.pop_front() else { break };
+                self.t.set_state(s as u64, state::HELD);
+                mgr.window.push_back(s);
+            }
+            mgr.ckpt_seq += 1;
+            let seq = mgr.ckpt_seq;
+            drop(mgr);
+            let scan: Vec<u32> = (0..g.hh)
+                .filter(|&s| matches!(self.t.state(s), state::HELD | state::OPEN | state::FULL))
+                .map(|s| s as u32)
+                .collect();
+            let journal = self.journal_pos.load(Relaxed);
+            let ckpt = Checkpoint {
+                seq,
+                next_ts: self.t.next_ts.load(Relaxed),
+                amt: self.t.amt.iter().map(|e| e.load(Relaxed)).collect(),
+                converted: (0..g.hh)
+                    .map(|s| u8::from(self.t.state(s) == state::CONVERTED))
+                    .collect(),
+                scan,
+            };
+            self.journal_ckpt_pos.store(journal, Relaxed);
+            (seq, ckpt)
+        };
+        self.flush_members().await?;
+        let buf = ckpt.encode(g);
+        let lba = g.ckpt_lba(seq % 2);
+        let members = self.members.read().clone();
+        // m + 1 copies survive m failures; they rotate so that no member takes them all.
+        let copies: Vec<usize> = (0..g.n)
+            .map(|x| (x + seq as usize) % g.n)
+            .filter(|&i| !self.is_failed(i))
+            .take(g.m + 1)
+            .collect();
+        let ios = copies.iter().map(|&i| {
+            let dev = members[i].clone();
+            let b = &buf;
+            async move { (i, dev.write(lba, b, None, WriteHints::NONE).await) }
+        });
+        for (i, r) in join_all(ios).await {
+            if let Err(e) = r {
+                self.member_error(i, e)?;
+            }
+        }
+        self.flush_members().await?;
+        self.c.checkpoints.inc();
+        self.c.checkpoint_bytes.add(buf.len() as u64 * copies.len() as u64);
+        Ok(())
+    }
+
+    /// Formats the members: trims them whole, writes the superblock everywhere, puts every
+    /// hero on the free lists, and writes the first checkpoint.
+    pub(crate) async fn format(self: &Arc<Self>) -> DevResult<()> {
+        let g = &self.geo;
+        let members = self.members.read().clone();
+        let mut sb = vec![0u8; self.bs()];
+        super::format::encode_superblock(g, &mut sb);
+        let ios = members.iter().map(|d| {
+            let d = d.clone();
+            let sb = &sb;
+            async move {
+                d.trim(0, d.info().num_blocks).await?;
+                d.write(0, sb, None, WriteHints::NONE).await
+            }
+        });
+        for r in join_all(ios).await {
+            r?;
+        }
+        {
+            let mut mgr = self.mgr.lock();
+            mgr.pool.extend(0..g.hh as u32);
+            for list in mgr.vh_free.iter_mut() {
+                list.extend(0..g.vh_per_member as u32);
+            }
+        }
+        let inner = self.clone();
+        let sm = self.sm_reactor;
+        flashrig_runtime::spawn_on(sm, move || async move {
+            let _g = inner.sm_work.lock(0).await;
+            inner.write_checkpoint().await
+        })
+        .await
+    }
+}

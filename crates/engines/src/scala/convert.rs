@@ -1,0 +1,153 @@
+//! The conversion phase (§5.3): a replicated stripe becomes a k + m stripe in its own HH.
+//!
+//! Because the placement policy put the stripe's backup copies in a VH on each parity member,
+//! offloaded conversion is one vendor command per parity member (Src: the VH's k chunks, Dst:
+//! the HH's chunk on that member, ChunkSize, Num = k, Ptype = parity row): the SSD reads the
+//! chunks into its DRAM, computes the row over data and metadata, programs it, and invalidates
+//! the VH. Nothing crosses the host link but the command. Host conversion (Scala-CO, and plain
+//! members) reads the k primary chunks, encodes on the space manager's reactor, writes the m
+//! parity chunks and trims the VHs. Either way the data chunks never move: they are already in
+//! the HH.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use flashrig_blockdev::{ConvertCommand, DevResult, ParityType, VendorCommand, WriteHints};
+use flashrig_runtime::sleep_ns;
+use futures_util::future::join_all;
+
+use super::tables::{state, NONE};
+use super::Inner;
+
+/// A set of chunks (one `Vec` per chunk).
+pub(crate) type Chunks = Vec<Vec<u8>>;
+
+impl Inner {
+    /// Converts stripe `s` (a full or closed hero group) and recycles its VHs.
+    pub(crate) async fn convert_stripe(self: &Arc<Self>, s: u64) -> DevResult<()> {
+        // Writes placed in the group before it filled may still be in flight.
+        while self.t.inflight[s as usize].load(Relaxed) > 0 {
+            sleep_ns(1_000).await;
+        }
+        let g = &self.geo;
+        let vhs: Vec<u32> = (0..g.m).map(|i| self.t.vh(s, i)).collect();
+        let offload = self.offload
+            && (0..g.m).all(|i| vhs[i] != NONE || self.is_failed(g.parity_member(s, i)));
+        if offload {
+            self.c.conversions_ssd.inc();
+            let members = self.members.read().clone();
+            let cmds = (0..g.m).filter(|&i| !self.is_failed(g.parity_member(s, i))).map(|i| {
+                let p = g.parity_member(s, i);
+                let dev = members[p].clone();
+                let cmd = ConvertCommand {
+                    src: (0..g.k).map(|j| g.vh_lba(vhs[i], j)).collect(),
+                    dst: g.hh_lba(s),
+                    chunk_blocks: g.chunk_blocks as u32,
+                    ptype: ParityType::Row { index: i as u8, data_chunks: g.k as u8 },
+                };
+                async move { (p, dev.vendor(VendorCommand::Convert(cmd)).await) }
+            });
+            self.opts.costs.charge_member_ios(g.m as u64).await;
+            for (p, r) in join_all(cmds).await {
+                self.c.convert_commands.inc();
+                if let Err(e) = r {
+                    self.member_error(p, e)?;
+                }
+            }
+        } else {
+            self.c.conversions_host.inc();
+            self.write_parity(s).await?;
+            // The backup copies are garbage now: tell the members (an SSD invalidates them).
+            let members = self.members.read().clone();
+            let trims = (0..g.m).filter(|&i| vhs[i] != NONE).map(|i| {
+                let p = g.parity_member(s, i);
+                let dev = members[p].clone();
+                let lba = g.vh_lba(vhs[i], 0);
+                let n = g.stripe_blocks();
+                async move { (p, if self.is_failed(p) { Ok(()) } else { dev.trim(lba, n).await }) }
+            });
+            for (p, r) in join_all(trims).await {
+                if let Err(e) = r {
+                    self.member_error(p, e)?;
+                }
+            }
+        }
+        self.clear_vhs(s);
+        self.t.set_state(s, state::CONVERTED);
+        let mut mgr = self.mgr.lock();
+        for (i, &v) in vhs.iter().enumerate() {
+            if v != NONE {
+                mgr.vh_free[g.parity_member(s, i)].push_back(v);
+                self.c.recycled_vh.inc();
+            }
+        }
+        Ok(())
+    }
+
+    /// Host-side parity of stripe `s`: reads its k data chunks with their metadata, encodes
+    /// the m rows over both, writes them to the parity members.
+    pub(crate) async fn write_parity(&self, s: u64) -> DevResult<()> {
+        let g = &self.geo;
+        let bs = self.bs();
+        let chunk = g.chunk_blocks as usize * bs;
+        let mdc = g.chunk_blocks as usize * self.mdb;
+        let mut data = vec![vec![0u8; chunk]; g.k];
+        let mut mds = vec![vec![0u8; mdc]; g.k];
+        let reads = data
+            .iter_mut()
+            .zip(mds.iter_mut())
+            .enumerate()
+            .map(|(j, (d, m))| self.read_slot(s, j, 0, d, Some(m)));
+        for r in join_all(reads).await {
+            r?;
+        }
+        self.opts.costs.charge_member_ios(g.k as u64).await;
+        self.opts.costs.charge_copy((g.k * chunk) as u64).await;
+        let (parity, pmd) = self.encode(&data, &mds)?;
+        self.opts.costs.charge_parity((g.k * chunk) as u64).await;
+        self.c.parity_bytes.add((g.m * chunk) as u64);
+        self.write_parity_chunks(s, &parity, &pmd, None).await
+    }
+
+    /// The m parity rows of `data` and of `mds` (per-block metadata, encoded like data).
+    pub(crate) fn encode(&self, data: &[Vec<u8>], mds: &[Vec<u8>]) -> DevResult<(Chunks, Chunks)> {
+        let g = &self.geo;
+        let err = |e: flashrig_erasure::Error| super::invalid(format!("encode: {e}"));
+        let mut parity = vec![vec![0u8; data[0].len()]; g.m];
+        let mut pmd = vec![vec![0u8; mds[0].len()]; g.m];
+        let d: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
+        let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
+        self.codec.encode(&d, &mut p).map_err(err)?;
+        let d: Vec<&[u8]> = mds.iter().map(|v| v.as_slice()).collect();
+        let mut p: Vec<&mut [u8]> = pmd.iter_mut().map(|v| v.as_mut_slice()).collect();
+        self.codec.encode(&d, &mut p).map_err(err)?;
+        Ok((parity, pmd))
+    }
+
+    /// Writes parity rows to their members (only to `only` when given).
+    pub(crate) async fn write_parity_chunks(
+        &self,
+        s: u64,
+        parity: &[Vec<u8>],
+        pmd: &[Vec<u8>],
+        only: Option<usize>,
+    ) -> DevResult<()> {
+        let g = &self.geo;
+        let members = self.members.read().clone();
+        let ios = (0..g.m)
+            .map(|i| (i, g.parity_member(s, i)))
+            .filter(|&(_, p)| only.is_none_or(|o| o == p) && (only.is_some() || !self.is_failed(p)))
+            .map(|(i, p)| {
+                let dev = members[p].clone();
+                let (d, md) = (&parity[i], &pmd[i]);
+                async move { (p, dev.write(g.hh_lba(s), d, Some(md), WriteHints::NONE).await) }
+            });
+        for (p, r) in join_all(ios).await {
+            self.c.member_write_bytes.add(parity[0].len() as u64);
+            if let Err(e) = r {
+                self.member_error(p, e)?;
+            }
+        }
+        Ok(())
+    }
+}

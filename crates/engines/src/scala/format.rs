@@ -1,0 +1,273 @@
+//! On-member formats of `scala` (byte layouts in docs/scala.md).
+//!
+//! - The **persistent mapping table** (PMT, §5.4) is sliced per block into each block's
+//!   metadata bytes (the SSD's OOB), written by the same program operation as the data:
+//!   [`Oob`].
+//! - A **checkpoint** holds the AMT, the converted stripes and the grant window: [`Checkpoint`].
+//! - The **superblock** names the geometry; the **trim journal** holds one record per trim.
+
+use flashrig_blockdev::{DevError, DevResult};
+
+use super::layout::{ScalaGeometry, CKPT_HEADER_BYTES};
+
+/// Metadata bytes per block the engine needs from its members.
+pub const MD_BYTES: usize = 16;
+
+/// Metadata bytes needed when members do not write metadata atomically with the data (a file
+/// with a sidecar): the record then carries a checksum of the block's data.
+pub const MD_BYTES_CHECKSUM: usize = 16;
+
+const SUPER_MAGIC: &[u8; 8] = b"FRSCALA1";
+const CKPT_MAGIC: &[u8; 8] = b"FRSCCKP1";
+const TRIM_MAGIC: &[u8; 8] = b"FRSCTRM1";
+
+/// The slice of the PMT stored with one member block (16 bytes):
+///
+/// | bytes | field |
+/// |---|---|
+/// | 0..4 | user block number (LE u32) |
+/// | 4..8 | timestamp of the write that produced the version (LE u32, 0 = never written) |
+/// | 8 | slot of the stripe the block belongs to |
+/// | 9..12 | zero |
+/// | 12..16 | crc32c of the block's data and bytes 0..12, or 0 when the member's metadata is atomic |
+///
+/// The SSD LPN of the PMT entry is the block's own address, so it is not stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Oob {
+    pub user_block: u32,
+    pub ts: u32,
+    pub slot: u8,
+}
+
+impl Oob {
+    pub fn encode(&self, data: Option<&[u8]>, out: &mut [u8]) {
+        out[..MD_BYTES].fill(0);
+        out[0..4].copy_from_slice(&self.user_block.to_le_bytes());
+        out[4..8].copy_from_slice(&self.ts.to_le_bytes());
+        out[8] = self.slot;
+        if let Some(d) = data {
+            let crc = crc32c::crc32c_append(crc32c::crc32c(d), &out[..12]);
+            out[12..16].copy_from_slice(&crc.max(1).to_le_bytes());
+        }
+    }
+
+    /// The record in `md`, or `None` for a block never written (all zero) or one whose
+    /// checksum does not match `data` (a torn write on a member without atomic metadata).
+    pub fn decode(md: &[u8], data: Option<&[u8]>) -> Option<Oob> {
+        let ts = u32::from_le_bytes(md[4..8].try_into().unwrap());
+        if ts == 0 {
+            return None;
+        }
+        if let Some(d) = data {
+            let want = crc32c::crc32c_append(crc32c::crc32c(d), &md[..12]).max(1);
+            if u32::from_le_bytes(md[12..16].try_into().unwrap()) != want {
+                return None;
+            }
+        }
+        Some(Oob { user_block: u32::from_le_bytes(md[0..4].try_into().unwrap()), ts, slot: md[8] })
+    }
+}
+
+/// The superblock: the geometry the array was created with (block 0 of every member).
+pub fn encode_superblock(g: &ScalaGeometry, block: &mut [u8]) {
+    block.fill(0);
+    block[0..8].copy_from_slice(SUPER_MAGIC);
+    let fields = [
+        g.k as u64,
+        g.m as u64,
+        g.chunk_blocks,
+        g.block_size as u64,
+        g.member_blocks,
+        g.hh,
+        g.vh_per_member,
+        g.user_blocks,
+    ];
+    for (i, f) in fields.iter().enumerate() {
+        block[8 + i * 8..16 + i * 8].copy_from_slice(&f.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&block[..8 + fields.len() * 8]);
+    block[100..104].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Checks that `block` is a superblock of geometry `g`.
+pub fn check_superblock(g: &ScalaGeometry, block: &[u8], member: &str) -> DevResult<()> {
+    let mut want = vec![0u8; block.len()];
+    encode_superblock(g, &mut want);
+    if block[0..8] != *SUPER_MAGIC {
+        return Err(DevError::Invalid(format!(
+            "scala: member {member} holds no scala superblock (was the array created?)"
+        )));
+    }
+    if block[..104] != want[..104] {
+        return Err(DevError::Invalid(format!(
+            "scala: member {member}'s superblock describes another geometry than k = {}, m = {}, \
+             chunk_blocks = {} on these members",
+            g.k, g.m, g.chunk_blocks
+        )));
+    }
+    Ok(())
+}
+
+/// What a checkpoint covers (§5.4 "periodical checkpoints").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Checkpoint sequence number; slot = seq % 2.
+    pub seq: u64,
+    /// The next timestamp to hand out when it was taken.
+    pub next_ts: u32,
+    /// AMT: per user block `ts << 32 | afa block` (0: never written; afa block `u32::MAX`:
+    /// trimmed).
+    pub amt: Vec<u64>,
+    /// Per stripe: 1 when converted (its blocks are all in `amt`), else 0.
+    pub converted: Vec<u8>,
+    /// The stripes that may be written before the next checkpoint (granted, open, or in the
+    /// grant window): recovery scans exactly these.
+    pub scan: Vec<u32>,
+}
+
+impl Checkpoint {
+    /// Encodes into whole chunks of `g`.
+    pub fn encode(&self, g: &ScalaGeometry) -> Vec<u8> {
+        let bytes = (g.ckpt_chunks * g.chunk_blocks * g.block_size as u64) as usize;
+        let mut out = vec![0u8; bytes];
+        out[0..8].copy_from_slice(CKPT_MAGIC);
+        out[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        out[16..20].copy_from_slice(&self.next_ts.to_le_bytes());
+        out[20..28].copy_from_slice(&(self.amt.len() as u64).to_le_bytes());
+        out[28..36].copy_from_slice(&(self.converted.len() as u64).to_le_bytes());
+        out[36..44].copy_from_slice(&(self.scan.len() as u64).to_le_bytes());
+        let mut p = CKPT_HEADER_BYTES as usize;
+        for e in &self.amt {
+            out[p..p + 8].copy_from_slice(&e.to_le_bytes());
+            p += 8;
+        }
+        out[p..p + self.converted.len()].copy_from_slice(&self.converted);
+        p += self.converted.len();
+        // The scan list goes in the header block's tail when it fits, else after the stripes.
+        let scan_at = p;
+        for s in &self.scan {
+            out[p..p + 4].copy_from_slice(&s.to_le_bytes());
+            p += 4;
+        }
+        out[44..52].copy_from_slice(&(scan_at as u64).to_le_bytes());
+        out[52..60].copy_from_slice(&(p as u64).to_le_bytes());
+        let crc =
+            crc32c::crc32c_append(crc32c::crc32c(&out[..60]), &out[CKPT_HEADER_BYTES as usize..p]);
+        out[60..64].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Decodes a checkpoint, or `None` when the slot holds none or a torn one.
+    pub fn decode(buf: &[u8]) -> Option<Checkpoint> {
+        if buf.len() < CKPT_HEADER_BYTES as usize || buf[0..8] != *CKPT_MAGIC {
+            return None;
+        }
+        let u64_at = |p: usize| u64::from_le_bytes(buf[p..p + 8].try_into().unwrap());
+        let end = u64_at(52) as usize;
+        if end > buf.len() || end < CKPT_HEADER_BYTES as usize {
+            return None;
+        }
+        let crc = crc32c::crc32c_append(
+            crc32c::crc32c(&buf[..60]),
+            &buf[CKPT_HEADER_BYTES as usize..end],
+        );
+        if u32::from_le_bytes(buf[60..64].try_into().unwrap()) != crc {
+            return None;
+        }
+        let n_amt = u64_at(20) as usize;
+        let n_conv = u64_at(28) as usize;
+        let n_scan = u64_at(36) as usize;
+        let mut p = CKPT_HEADER_BYTES as usize;
+        let amt = (0..n_amt).map(|i| u64_at(p + i * 8)).collect();
+        p += n_amt * 8;
+        let converted = buf[p..p + n_conv].to_vec();
+        p = u64_at(44) as usize;
+        let scan = (0..n_scan)
+            .map(|i| u32::from_le_bytes(buf[p + i * 4..p + i * 4 + 4].try_into().unwrap()))
+            .collect();
+        Some(Checkpoint {
+            seq: u64_at(8),
+            next_ts: u32::from_le_bytes(buf[16..20].try_into().unwrap()),
+            amt,
+            converted,
+            scan,
+        })
+    }
+}
+
+/// One trim, as a journal block: user blocks `first..first + count` were trimmed at `ts`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrimRecord {
+    pub first: u64,
+    pub count: u64,
+    pub ts: u32,
+}
+
+impl TrimRecord {
+    pub fn encode(&self, block: &mut [u8]) {
+        block.fill(0);
+        block[0..8].copy_from_slice(TRIM_MAGIC);
+        block[8..16].copy_from_slice(&self.first.to_le_bytes());
+        block[16..24].copy_from_slice(&self.count.to_le_bytes());
+        block[24..28].copy_from_slice(&self.ts.to_le_bytes());
+        let crc = crc32c::crc32c(&block[..28]);
+        block[28..32].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    pub fn decode(block: &[u8]) -> Option<TrimRecord> {
+        if block[0..8] != *TRIM_MAGIC
+            || u32::from_le_bytes(block[28..32].try_into().unwrap()) != crc32c::crc32c(&block[..28])
+        {
+            return None;
+        }
+        Some(TrimRecord {
+            first: u64::from_le_bytes(block[8..16].try_into().unwrap()),
+            count: u64::from_le_bytes(block[16..24].try_into().unwrap()),
+            ts: u32::from_le_bytes(block[24..28].try_into().unwrap()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oob_round_trips_and_checks_its_data() {
+        let data = vec![7u8; 4096];
+        let o = Oob { user_block: 42, ts: 9, slot: 3 };
+        let mut md = [0u8; 16];
+        o.encode(Some(&data), &mut md);
+        assert_eq!(Oob::decode(&md, Some(&data)), Some(o));
+        assert_eq!(Oob::decode(&md, Some(&[8u8; 4096])), None);
+        o.encode(None, &mut md);
+        assert_eq!(Oob::decode(&md, None), Some(o));
+        assert_eq!(Oob::decode(&[0u8; 16], None), None);
+    }
+
+    #[test]
+    fn checkpoints_round_trip_and_reject_torn_ones() {
+        let g = ScalaGeometry::new(2, 1, 16, 4096, 1 << 14, 2048, 0.05).unwrap();
+        let c = Checkpoint {
+            seq: 3,
+            next_ts: 77,
+            amt: (0..g.user_blocks).map(|i| i * 3).collect(),
+            converted: (0..g.hh).map(|s| (s % 2) as u8).collect(),
+            scan: vec![1, 5, 9],
+        };
+        let mut buf = c.encode(&g);
+        assert_eq!(Checkpoint::decode(&buf), Some(c));
+        buf[5000] ^= 1;
+        assert_eq!(Checkpoint::decode(&buf), None);
+    }
+
+    #[test]
+    fn trim_records_round_trip() {
+        let r = TrimRecord { first: 10, count: 5, ts: 99 };
+        let mut b = vec![0u8; 4096];
+        r.encode(&mut b);
+        assert_eq!(TrimRecord::decode(&b), Some(r));
+        b[9] ^= 1;
+        assert_eq!(TrimRecord::decode(&b), None);
+    }
+}

@@ -1,0 +1,208 @@
+//! AFA-level GC (§5.2 (4), after FusionRAID): out-of-place writes leave invalid blocks in
+//! converted stripes; GC packs the valid blocks of the emptiest stripes into a fresh HH as a
+//! full stripe (data and host-computed parity, no replication: the stripe is complete), moves
+//! their mappings with a compare-and-swap (a block overwritten meanwhile keeps its new place),
+//! trims the drained HHs and recycles them at the next checkpoint. Moved blocks keep their
+//! timestamps, so recovery treats the old and new copies as the same version.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use flashrig_blockdev::{DevResult, WriteHints};
+use futures_util::future::join_all;
+
+use super::format::Oob;
+use super::tables::{entry_afa, entry_ts, state, NONE};
+use super::Inner;
+
+/// A valid block being moved: user block, its AMT entry, data, metadata.
+struct Live {
+    user: u64,
+    entry: u64,
+}
+
+/// The GC's destination being filled: data and metadata chunks, and the blocks in it.
+struct Dest {
+    data: Vec<Vec<u8>>,
+    mds: Vec<Vec<u8>>,
+    moved: Vec<Live>,
+}
+
+impl Inner {
+    /// Runs GC until free HHs are back at the reserve or nothing can be gained: the valid
+    /// blocks of the emptiest converted stripes (fewest valid first) are packed into whole new
+    /// stripes, so each victim frees an HH and costs `valid / stripe` of one.
+    pub(crate) async fn gc(self: &Arc<Self>) -> DevResult<()> {
+        self.c.gc_runs.inc();
+        let g = &self.geo;
+        let target = g.reserve_hh as usize;
+        let mut cands: Vec<(u32, u64)> = (0..g.hh)
+            .filter(|&s| self.t.state(s) == state::CONVERTED)
+            .map(|s| (self.t.valid[s as usize].load(Relaxed), s))
+            .filter(|&(v, _)| (v as u64) < g.stripe_blocks())
+            .collect();
+        cands.sort_unstable();
+        let mut dest = self.new_dest();
+        let mut drained: Vec<u64> = Vec::new();
+        for (_, v) in cands {
+            let free = {
+                let mgr = self.mgr.lock();
+                mgr.window.len() + mgr.pool.len() + mgr.pending.len()
+            };
+            if free >= target {
+                break;
+            }
+            if self.t.state(v) != state::CONVERTED {
+                continue;
+            }
+            self.t.set_state(v, state::VICTIM);
+            self.drain_victim(v, &mut dest, &mut drained).await?;
+        }
+        if !dest.moved.is_empty() {
+            self.write_dest(&mut dest, &mut drained).await?;
+        }
+        Ok(())
+    }
+
+    fn new_dest(&self) -> Dest {
+        let g = &self.geo;
+        let chunk = g.chunk_blocks as usize;
+        Dest {
+            data: vec![vec![0u8; chunk * self.bs()]; g.k],
+            mds: vec![vec![0u8; chunk * self.mdb]; g.k],
+            moved: Vec::new(),
+        }
+    }
+
+    /// Copies the valid blocks of victim `v` into the destination, writing it out each time it
+    /// fills; `v` is recycled once everything it held is written elsewhere.
+    async fn drain_victim(
+        self: &Arc<Self>,
+        v: u64,
+        dest: &mut Dest,
+        drained: &mut Vec<u64>,
+    ) -> DevResult<()> {
+        let g = &self.geo;
+        let bs = self.bs();
+        let mdb = self.mdb;
+        let chunk = g.chunk_blocks as usize;
+        for j in 0..g.k {
+            let mut buf = vec![0u8; chunk * bs];
+            self.read_slot(v, j, 0, &mut buf, None).await?;
+            for off in 0..chunk {
+                let afa = g.afa(v, j, off as u64);
+                let user = self.t.p2l[afa as usize].load(Relaxed);
+                if user == NONE {
+                    continue;
+                }
+                let e = self.t.amt[user as usize].load(Relaxed);
+                if e == 0 || entry_afa(e) != afa {
+                    continue;
+                }
+                let n = dest.moved.len();
+                let (dj, doff) = (n / chunk, n % chunk);
+                dest.data[dj][doff * bs..][..bs].copy_from_slice(&buf[off * bs..][..bs]);
+                let oob = Oob { user_block: user, ts: entry_ts(e), slot: dj as u8 };
+                let d = &dest.data[dj][doff * bs..][..bs];
+                oob.encode((!self.md_atomic).then_some(d), &mut dest.mds[dj][doff * mdb..]);
+                dest.moved.push(Live { user: user as u64, entry: e });
+                if dest.moved.len() as u64 == g.stripe_blocks() {
+                    self.write_dest(dest, drained).await?;
+                }
+            }
+        }
+        drained.push(v);
+        Ok(())
+    }
+
+    /// Writes the destination as a whole stripe in a fresh HH, remaps its blocks, and
+    /// recycles the victims drained before it.
+    async fn write_dest(
+        self: &Arc<Self>,
+        dest: &mut Dest,
+        drained: &mut Vec<u64>,
+    ) -> DevResult<()> {
+        let g = &self.geo;
+        let bs = self.bs();
+        let chunk = g.chunk_blocks as usize;
+        if self.mgr.lock().window.is_empty() {
+            // Victims drained so far are wholly in `dest` or earlier stripes only once `dest`
+            // is written, so nothing is recycled by this checkpoint that is still needed.
+            self.write_checkpoint().await?;
+        }
+        let Some(dst) = self.mgr.lock().window.pop_front() else {
+            return Err(flashrig_blockdev::DevError::NoSpace(format!(
+                "scala {}: GC found no free HH for its destination",
+                self.info.name
+            )));
+        };
+        let dst = dst as u64;
+        let next = dest.moved.len();
+        self.opts.costs.charge_copy((next * bs) as u64).await;
+        let (parity, pmd) = self.encode(&dest.data, &dest.mds)?;
+        self.opts.costs.charge_parity((g.k * chunk * bs) as u64).await;
+        let members = self.members.read().clone();
+        let ios = (0..g.k).map(|j| {
+            let mem = g.data_member(dst, j);
+            let dev = members[mem].clone();
+            let (d, md) = (&dest.data[j], &dest.mds[j]);
+            async move {
+                if self.is_failed(mem) {
+                    return (mem, Ok(()));
+                }
+                (mem, dev.write(g.hh_lba(dst), d, Some(md), WriteHints::NONE).await)
+            }
+        });
+        for (mem, r) in join_all(ios).await {
+            if let Err(e) = r {
+                self.member_error(mem, e)?;
+            }
+        }
+        self.write_parity_chunks(dst, &parity, &pmd, None).await?;
+        self.opts.costs.charge_member_ios((g.k + g.m) as u64).await;
+        self.c.member_write_bytes.add(((g.k + g.m) * chunk * bs) as u64);
+        self.t.set_state(dst, state::CONVERTED);
+        let mut count = 0;
+        for (i, live) in dest.moved.drain(..).enumerate() {
+            let afa = g.afa(dst, i / chunk, (i % chunk) as u64);
+            self.t.p2l[afa as usize].store(live.user as u32, Relaxed);
+            if self.t.remap(live.user, live.entry, afa, |a| self.stripe_of(a)) {
+                count += 1;
+            }
+        }
+        for d in dest.data.iter_mut().chain(dest.mds.iter_mut()) {
+            d.fill(0);
+        }
+        self.c.gc_moved_blocks.add(count);
+        self.c.gc_stripes.inc();
+        // The drained victims hold nothing valid now: trim their HHs everywhere and recycle.
+        for v in std::mem::take(drained) {
+            self.recycle(v, &members).await?;
+        }
+        Ok(())
+    }
+
+    async fn recycle(&self, v: u64, members: &[flashrig_blockdev::DevRef]) -> DevResult<()> {
+        let g = &self.geo;
+        if self.t.valid[v as usize].load(Relaxed) != 0 {
+            // Something still maps here (it cannot, unless a count drifted): keep it.
+            self.t.set_state(v, state::CONVERTED);
+            return Ok(());
+        }
+        let trims = (0..g.n).filter(|&i| !self.is_failed(i)).map(|i| {
+            let dev = members[i].clone();
+            async move { (i, dev.trim(g.hh_lba(v), g.chunk_blocks).await) }
+        });
+        for (i, r) in join_all(trims).await {
+            if let Err(e) = r {
+                self.member_error(i, e)?;
+            }
+        }
+        for afa in g.afa(v, 0, 0)..g.afa(v, 0, 0) + g.stripe_blocks() as u32 {
+            self.t.p2l[afa as usize].store(NONE, Relaxed);
+        }
+        self.t.set_state(v, state::FREE);
+        self.mgr.lock().pending.push(v as u32);
+        Ok(())
+    }
+}

@@ -1,0 +1,190 @@
+//! Reads: the AMT gives each block's AFA address; runs of blocks that are contiguous in one
+//! slot are read with one member I/O. When the slot's member has failed, a stripe still being
+//! replicated reads the backup copy in a VH; a converted stripe reconstructs from the other
+//! chunks of its HH (degraded read). A block remapped while it was being read (GC moved it) is
+//! read again.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use flashrig_blockdev::{DevError, DevResult};
+
+use super::tables::{entry_afa, entry_is_data, NONE};
+use super::Inner;
+
+/// A run of user blocks stored contiguously in one slot.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    stripe: u64,
+    slot: usize,
+    off: u64,
+    len: u64,
+    /// Offset in the request, in blocks.
+    req_off: u64,
+}
+
+impl Inner {
+    pub(crate) async fn read(&self, lba: u64, buf: &mut [u8]) -> DevResult<()> {
+        let bs = self.bs();
+        let blocks = (buf.len() / bs) as u64;
+        self.c.user_reads.inc();
+        self.c.user_read_bytes.add(buf.len() as u64);
+        self.opts.costs.charge_request().await;
+        let mut todo: Vec<u64> = (0..blocks).collect();
+        for _attempt in 0..16 {
+            let snapshot: Vec<u64> =
+                todo.iter().map(|&b| self.t.amt[(lba + b) as usize].load(Relaxed)).collect();
+            let mut runs: Vec<Run> = Vec::new();
+            for (&b, &e) in todo.iter().zip(&snapshot) {
+                if !entry_is_data(e) {
+                    buf[b as usize * bs..][..bs].fill(0);
+                    continue;
+                }
+                let (s, j, off) = self.geo.split(entry_afa(e));
+                match runs.last_mut() {
+                    Some(r)
+                        if r.stripe == s
+                            && r.slot == j
+                            && r.off + r.len == off
+                            && r.req_off + r.len == b =>
+                    {
+                        r.len += 1
+                    }
+                    _ => runs.push(Run { stripe: s, slot: j, off, len: 1, req_off: b }),
+                }
+            }
+            self.opts.costs.charge_member_ios(runs.len() as u64).await;
+            self.read_runs(&runs, buf).await?;
+            // Blocks whose mapping changed meanwhile may have been read from a recycled place.
+            let again: Vec<u64> = todo
+                .iter()
+                .zip(&snapshot)
+                .filter(|&(&b, &e)| self.t.amt[(lba + b) as usize].load(Relaxed) != e)
+                .map(|(&b, _)| b)
+                .collect();
+            if again.is_empty() {
+                return Ok(());
+            }
+            self.c.read_retries.inc();
+            todo = again;
+        }
+        Err(DevError::Invalid(format!(
+            "scala {}: blocks at {lba} kept moving while being read",
+            self.info.name
+        )))
+    }
+
+    async fn read_runs(&self, runs: &[Run], buf: &mut [u8]) -> DevResult<()> {
+        let bs = self.bs();
+        // Split the buffer into the runs' pieces (runs are in request order).
+        let mut pieces: Vec<(Run, &mut [u8])> = Vec::with_capacity(runs.len());
+        let mut rest: &mut [u8] = buf;
+        let mut at = 0u64;
+        for r in runs {
+            let skip = (r.req_off - at) as usize * bs;
+            let tail = std::mem::take(&mut rest);
+            let (_, tail) = tail.split_at_mut(skip);
+            let (piece, tail) = tail.split_at_mut(r.len as usize * bs);
+            rest = tail;
+            at = r.req_off + r.len;
+            pieces.push((*r, piece));
+        }
+        let futs = pieces.into_iter().map(|(r, piece)| async move {
+            self.read_slot(r.stripe, r.slot, r.off, piece, None).await
+        });
+        for res in futures_util::future::join_all(futs).await {
+            res?;
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` blocks of slot `j` of stripe `s` from `off` (and their metadata into
+    /// `md` when given), from the primary copy, a backup copy, or by reconstruction.
+    pub(crate) async fn read_slot(
+        &self,
+        s: u64,
+        j: usize,
+        off: u64,
+        buf: &mut [u8],
+        mut md: Option<&mut [u8]>,
+    ) -> DevResult<()> {
+        let g = &self.geo;
+        let primary = g.data_member(s, j);
+        self.c.member_read_bytes.add(buf.len() as u64);
+        if self.readable(primary, s) {
+            let dev = self.member(primary);
+            match dev.read(g.hh_lba(s) + off, buf, md.as_deref_mut()).await {
+                Ok(()) => return Ok(()),
+                Err(e) => self.member_error(primary, e)?,
+            }
+        }
+        self.c.degraded_reads.inc();
+        // A replicated stripe: a backup copy.
+        for i in 0..g.m {
+            let v = self.t.vh(s, i);
+            let p = g.parity_member(s, i);
+            if v == NONE || !self.readable(p, s) {
+                continue;
+            }
+            let dev = self.member(p);
+            match dev.read(g.vh_lba(v, j) + off, buf, md.as_deref_mut()).await {
+                Ok(()) => return Ok(()),
+                Err(e) => self.member_error(p, e)?,
+            }
+        }
+        self.reconstruct(s, j, off, buf, md).await
+    }
+
+    /// Rebuilds blocks of data slot `j` of converted stripe `s` from the stripe's other
+    /// chunks (data and metadata).
+    pub(crate) async fn reconstruct(
+        &self,
+        s: u64,
+        j: usize,
+        off: u64,
+        buf: &mut [u8],
+        md: Option<&mut [u8]>,
+    ) -> DevResult<()> {
+        let g = &self.geo;
+        let (k, m) = (g.k, g.m);
+        let blocks = buf.len() / self.bs();
+        let mdb = self.mdb;
+        // Shards 0..k are the data slots, k..k+m the parity rows.
+        let member_of =
+            |x: usize| if x < k { g.data_member(s, x) } else { g.parity_member(s, x - k) };
+        let mut data: Vec<Option<Vec<u8>>> = vec![None; k + m];
+        let mut mds: Vec<Option<Vec<u8>>> = vec![None; k + m];
+        let mut have = 0;
+        for x in 0..k + m {
+            if x == j || have == k {
+                continue;
+            }
+            let mem = member_of(x);
+            if !self.readable(mem, s) {
+                continue;
+            }
+            let mut d = vec![0u8; buf.len()];
+            let mut mdv = vec![0u8; blocks * mdb];
+            match self.member(mem).read(g.hh_lba(s) + off, &mut d, Some(&mut mdv)).await {
+                Ok(()) => {
+                    data[x] = Some(d);
+                    mds[x] = Some(mdv);
+                    have += 1;
+                }
+                Err(e) => self.member_error(mem, e)?,
+            }
+        }
+        if have < k {
+            return Err(DevError::ReadMedia { lba: g.hh_lba(s) + off });
+        }
+        let err = |e: flashrig_erasure::Error| DevError::Invalid(format!("scala: decode: {e}"));
+        // The codec wants exactly k present shards: drop the extra ones (none are read).
+        self.codec.reconstruct(&mut data).map_err(err)?;
+        buf.copy_from_slice(data[j].as_ref().expect("reconstructed"));
+        if let Some(md) = md {
+            self.codec.reconstruct(&mut mds).map_err(err)?;
+            md.copy_from_slice(mds[j].as_ref().expect("reconstructed"));
+        }
+        self.c.reconstructed_blocks.add(blocks as u64);
+        Ok(())
+    }
+}

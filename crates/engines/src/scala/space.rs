@@ -1,0 +1,451 @@
+//! The space manager and the I/O reactors' hero lists (§5.2, Fig. 6).
+//!
+//! The space manager (one reactor, the paper's daemon thread) owns the free HH list and the
+//! free VH list of every member. I/O reactors own what they were granted and build hero groups
+//! (one HH plus a VH on each of the HH's m parity members) only from that, so two reactors can
+//! never write the same place and the I/O path takes no lock. Heroes move only by message:
+//!
+//! - **grant** (A): a reactor out of heroes asks; the manager sends a batch of HHs (default
+//!   1024) with one VH on each of their parity members.
+//! - **return** (D): a reactor gives its unused heroes back ([`Inner::return_heroes`], on
+//!   shutdown and on [`super::Scala::close`]).
+//! - **recycle after conversion** (E): full hero groups wait in their reactor's list; the
+//!   manager collects them, converts them, and takes their VHs back.
+//! - **recall**: when nothing is left to grant, the manager asks every other reactor for part of
+//!   its unused heroes, less from reactors that asked for heroes more often lately.
+//! - **AFA-level GC**: stripes whose data was overwritten are drained and their HHs recycled
+//!   (`gc`).
+//!
+//! HHs go back to the free list only at a checkpoint, and the manager grants only from the
+//! *grant window* the last checkpoint declared, so recovery knows which stripes may hold data
+//! the checkpoint does not cover.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use flashrig_blockdev::{DevError, DevResult};
+use flashrig_runtime::{current_reactor, now_ns, sleep_ns, spawn_on};
+use futures_util::future::join_all;
+
+use super::layout::ScalaGeometry;
+use super::tables::{state, NONE};
+use super::{Inner, ScalaStats};
+
+/// Free HHs grants never take: GC's destinations.
+pub const GC_KEEP_HH: usize = 2;
+
+/// A hero group being filled by a reactor.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenHg {
+    pub stripe: u64,
+    /// Blocks of the stripe's data slots filled so far.
+    pub fill: u64,
+}
+
+/// What one I/O reactor holds.
+pub struct ReactorState {
+    pub hh: VecDeque<u32>,
+    /// Granted VHs per member.
+    pub vh: Vec<VecDeque<u32>>,
+    pub open: Option<OpenHg>,
+    /// Filled hero groups waiting for conversion (the paper's Full HG List).
+    pub full: Vec<u64>,
+    /// A grant request is on its way (others on this reactor wait for it).
+    pub asking: bool,
+}
+
+impl ReactorState {
+    pub fn new(n: usize) -> ReactorState {
+        ReactorState {
+            hh: VecDeque::new(),
+            vh: (0..n).map(|_| VecDeque::new()).collect(),
+            open: None,
+            full: Vec::new(),
+            asking: false,
+        }
+    }
+}
+
+/// The space manager's lists.
+pub struct Manager {
+    /// Free HHs not in the grant window.
+    pub pool: VecDeque<u32>,
+    /// Free HHs the last checkpoint declared grantable.
+    pub window: VecDeque<u32>,
+    /// Recycled HHs: free after the next checkpoint.
+    pub pending: Vec<u32>,
+    pub vh_free: Vec<VecDeque<u32>>,
+    /// Grant requests per reactor since the last recall (the recall weights).
+    pub requests: Vec<u64>,
+    pub ckpt_seq: u64,
+}
+
+impl Manager {
+    pub fn new(g: &ScalaGeometry, reactors: usize) -> Manager {
+        Manager {
+            pool: VecDeque::new(),
+            window: VecDeque::new(),
+            pending: Vec::new(),
+            vh_free: (0..g.n).map(|_| VecDeque::new()).collect(),
+            requests: vec![0; reactors],
+            ckpt_seq: 0,
+        }
+    }
+}
+
+/// A batch of heroes sent to a reactor, or returned by one.
+#[derive(Debug, Default)]
+pub struct Heroes {
+    pub hh: Vec<u32>,
+    /// (member, VH number).
+    pub vh: Vec<(usize, u32)>,
+}
+
+impl Inner {
+    fn io_reactors(&self) -> usize {
+        self.reactors.len()
+    }
+
+    /// The grant-window size in HHs.
+    pub(crate) fn window_target(&self) -> usize {
+        let grants = self.grant_batch() * 4 * self.io_reactors();
+        let cap = (self.geo.hh as usize / 4).max(1);
+        self.opts.window_heroes.unwrap_or(grants.min(cap)).max(1)
+    }
+
+    /// HHs per grant: the option, limited so that every reactor can hold a few grants.
+    pub(crate) fn grant_batch(&self) -> usize {
+        let fair = (self.geo.hh as usize / (16 * self.io_reactors())).max(1);
+        self.opts.grant_heroes.clamp(1, fair)
+    }
+
+    /// Asks the space manager for heroes (from an I/O reactor) and adds them to this
+    /// reactor's lists. Fails with `NoSpace` when none are left anywhere.
+    pub(crate) async fn request_heroes(self: &Arc<Self>) -> DevResult<()> {
+        let r = current_reactor();
+        self.c.grant_requests.inc();
+        self.c.manager_messages.inc();
+        let inner = self.clone();
+        let got = spawn_on(self.sm_reactor, move || async move { inner.grant(r).await }).await?;
+        self.c.manager_messages.inc();
+        let mut st = self.reactors[r].lock();
+        st.hh.extend(got.hh.iter().copied());
+        for (mem, v) in got.vh {
+            st.vh[mem].push_back(v);
+        }
+        Ok(())
+    }
+
+    /// The space manager's side of a grant (runs on its reactor).
+    async fn grant(self: Arc<Self>, r: usize) -> DevResult<Heroes> {
+        let _g = self.sm_work.lock(0).await;
+        self.mgr.lock().requests[r] += 1;
+        // Up to three rounds: take what is free; else checkpoint (pending HHs become free)
+        // and convert (VHs come back); else GC and recall.
+        for round in 0..4 {
+            let got = self.take_grant();
+            if !got.hh.is_empty() {
+                self.c.granted_hh.add(got.hh.len() as u64);
+                self.c.granted_vh.add(got.vh.len() as u64);
+                return Ok(got);
+            }
+            match round {
+                0 => {
+                    self.convert_full().await?;
+                    if self.mgr.lock().window.is_empty() {
+                        self.write_checkpoint().await?;
+                    }
+                }
+                1 => {
+                    self.gc().await?;
+                    self.write_checkpoint().await?;
+                }
+                2 => {
+                    self.recall(r).await;
+                    self.convert_full().await?;
+                }
+                _ => {}
+            }
+        }
+        let mgr = self.mgr.lock();
+        Err(DevError::NoSpace(format!(
+            "scala {}: no hero can be granted (window {}, pool {}, pending {}, free VHs {:?})",
+            self.info.name,
+            mgr.window.len(),
+            mgr.pool.len(),
+            mgr.pending.len(),
+            mgr.vh_free.iter().map(|v| v.len()).collect::<Vec<_>>()
+        )))
+    }
+
+    /// Takes a batch from the window: HHs whose parity members all have a free VH, one VH each.
+    fn take_grant(&self) -> Heroes {
+        let batch = self.grant_batch();
+        let mut mgr = self.mgr.lock();
+        let mut out = Heroes::default();
+        let mut skipped = Vec::new();
+        while out.hh.len() < batch {
+            // The last few free HHs are GC's: it needs a destination to free anything.
+            if mgr.window.len() + mgr.pool.len() <= GC_KEEP_HH {
+                break;
+            }
+            let Some(h) = mgr.window.pop_front() else { break };
+            let s = h as u64;
+            let ok = (0..self.geo.m).all(|i| {
+                let p = self.geo.parity_member(s, i);
+                self.is_failed(p) || !mgr.vh_free[p].is_empty()
+            });
+            if !ok {
+                skipped.push(h);
+                // Without VHs on its parity members this HH cannot form a group yet.
+                if skipped.len() > self.geo.n {
+                    break;
+                }
+                continue;
+            }
+            for i in 0..self.geo.m {
+                let p = self.geo.parity_member(s, i);
+                if let Some(v) = mgr.vh_free[p].pop_front() {
+                    out.vh.push((p, v));
+                }
+            }
+            out.hh.push(h);
+        }
+        for h in skipped.into_iter().rev() {
+            mgr.window.push_front(h);
+        }
+        out
+    }
+
+    /// Recall (§5.2 (3)): every reactor but the asker returns part of its unused heroes; the
+    /// share is `1 - requests_r / sum(requests)`, so busy reactors keep more.
+    async fn recall(self: &Arc<Self>, asker: usize) {
+        self.c.recalls.inc();
+        let requests = {
+            let mut mgr = self.mgr.lock();
+            let rq = mgr.requests.clone();
+            // "Over a period of time": the weights decay at every recall.
+            mgr.requests.iter_mut().for_each(|x| *x /= 2);
+            rq
+        };
+        let total: u64 = requests.iter().sum::<u64>().max(1);
+        let mut handles = Vec::new();
+        for (r, &asked) in requests.iter().enumerate() {
+            if r == asker {
+                continue;
+            }
+            let share = 1.0 - asked as f64 / total as f64;
+            let inner = self.clone();
+            self.c.manager_messages.inc();
+            handles.push(spawn_on(r, move || async move { inner.give_back(share) }));
+        }
+        for h in join_all(handles).await {
+            self.c.recalled_hh.add(h.hh.len() as u64);
+            self.c.recalled_vh.add(h.vh.len() as u64);
+            self.take_back(h);
+        }
+    }
+
+    /// Runs on an I/O reactor: hands back `share` of its unused heroes (rounded up).
+    fn give_back(&self, share: f64) -> Heroes {
+        let mut st = self.reactors[current_reactor()].lock();
+        let mut out = Heroes::default();
+        let nh = (st.hh.len() as f64 * share).ceil() as usize;
+        for _ in 0..nh.min(st.hh.len()) {
+            out.hh.push(st.hh.pop_back().expect("counted"));
+        }
+        for (mem, list) in st.vh.iter_mut().enumerate() {
+            let nv = (list.len() as f64 * share).ceil() as usize;
+            for _ in 0..nv.min(list.len()) {
+                out.vh.push((mem, list.pop_back().expect("counted")));
+            }
+        }
+        out
+    }
+
+    /// Puts returned heroes back on the manager's lists (returned HHs were never written, so
+    /// they go straight back to the window).
+    fn take_back(&self, h: Heroes) {
+        let mut mgr = self.mgr.lock();
+        for s in h.hh {
+            mgr.window.push_back(s);
+        }
+        for (mem, v) in h.vh {
+            mgr.vh_free[mem].push_back(v);
+        }
+    }
+
+    /// Runs on an I/O reactor: returns every unused hero and closes the open hero group (it
+    /// joins the full list, to be converted partly filled). What a reactor does when its I/O
+    /// thread ends (§5.2 (1)).
+    pub(crate) fn return_heroes(&self) -> Heroes {
+        let mut st = self.reactors[current_reactor()].lock();
+        if let Some(open) = st.open.take() {
+            self.t.set_state(open.stripe, state::FULL);
+            st.full.push(open.stripe);
+        }
+        let mut out = Heroes::default();
+        out.hh.extend(st.hh.drain(..));
+        for (mem, list) in st.vh.iter_mut().enumerate() {
+            out.vh.extend(list.drain(..).map(|v| (mem, v)));
+        }
+        out
+    }
+
+    /// Collects the full hero groups of every reactor (by message) and converts them.
+    pub(crate) async fn convert_full(self: &Arc<Self>) -> DevResult<()> {
+        let mut handles = Vec::new();
+        for r in 0..self.io_reactors() {
+            let inner = self.clone();
+            self.c.manager_messages.inc();
+            handles.push(spawn_on(r, move || async move {
+                std::mem::take(&mut inner.reactors[current_reactor()].lock().full)
+            }));
+        }
+        let mut stripes: Vec<u64> = join_all(handles).await.into_iter().flatten().collect();
+        stripes.sort_unstable();
+        for s in stripes {
+            self.convert_stripe(s).await?;
+        }
+        Ok(())
+    }
+
+    /// Returns every reactor's heroes, then converts everything (shutdown, tests).
+    pub(crate) async fn convert_everything(self: Arc<Self>) -> DevResult<()> {
+        let sm = self.sm_reactor;
+        spawn_on(sm, move || async move {
+            let _g = self.sm_work.lock(0).await;
+            let mut handles = Vec::new();
+            for r in 0..self.io_reactors() {
+                let inner = self.clone();
+                handles.push(spawn_on(r, move || async move { inner.return_heroes() }));
+            }
+            for h in join_all(handles).await {
+                self.c.returned_hh.add(h.hh.len() as u64);
+                self.take_back(h);
+            }
+            // Returned groups are in the full lists now; writes still in flight to them are
+            // waited for by the conversion.
+            self.convert_full().await
+        })
+        .await
+    }
+
+    /// Tells the space manager that a hero group filled; it decides whether to convert now
+    /// (VHs short) or once the host is idle.
+    pub(crate) fn kick(self: &Arc<Self>) {
+        if self.sm_kicked.swap(true, Relaxed) {
+            return;
+        }
+        let inner = self.clone();
+        self.c.manager_messages.inc();
+        // The service runs detached; its errors surface in later grants and writes.
+        drop(spawn_on(self.sm_reactor, move || async move {
+            let _ = inner.service().await;
+        }));
+    }
+
+    fn vh_free_total(&self) -> usize {
+        self.mgr.lock().vh_free.iter().map(|v| v.len()).sum()
+    }
+
+    fn vh_total(&self) -> usize {
+        (self.geo.vh_per_member as usize) * self.geo.n
+    }
+
+    /// One service pass: convert when VHs run low or the host is idle, GC when HHs run low,
+    /// checkpoint when the journal fills; then wait for idleness while groups are waiting.
+    async fn service(self: Arc<Self>) -> DevResult<()> {
+        loop {
+            self.sm_kicked.store(false, Relaxed);
+            let idle_at = self.last_write_ns.load(Relaxed) + self.opts.idle_ns;
+            let low =
+                (self.vh_free_total() as f64) < self.opts.vh_low_fraction * self.vh_total() as f64;
+            let waiting = {
+                let _g = self.sm_work.lock(0).await;
+                if low || now_ns() >= idle_at {
+                    self.convert_full().await?;
+                }
+                if self.hh_low() {
+                    self.gc().await?;
+                    self.write_checkpoint().await?;
+                }
+                let jp = self.journal_pos.load(Relaxed);
+                if jp.saturating_sub(self.journal_ckpt_pos.load(Relaxed))
+                    > self.geo.journal_blocks() / 2
+                {
+                    self.write_checkpoint().await?;
+                }
+                self.full_waiting()
+            };
+            if !waiting {
+                return Ok(());
+            }
+            let now = now_ns();
+            let idle_at = self.last_write_ns.load(Relaxed) + self.opts.idle_ns;
+            sleep_ns(idle_at.saturating_sub(now).max(self.opts.idle_ns / 4).max(1)).await;
+        }
+    }
+
+    /// Whether any reactor has full groups waiting (read without messages: a hint only).
+    fn full_waiting(&self) -> bool {
+        self.reactors.iter().any(|r| r.try_lock().is_none_or(|st| !st.full.is_empty()))
+    }
+
+    /// Free HHs (window, pool, pending) are below half the GC reserve.
+    pub(crate) fn hh_low(&self) -> bool {
+        let mgr = self.mgr.lock();
+        ((mgr.window.len() + mgr.pool.len() + mgr.pending.len()) as u64)
+            < self.geo.reserve_hh / 2 + 1
+    }
+
+    pub(crate) fn stats(&self) -> ScalaStats {
+        let mgr = self.mgr.lock();
+        let mut s = ScalaStats {
+            free_hh: mgr.pool.len() as u64,
+            window_hh: mgr.window.len() as u64,
+            pending_hh: mgr.pending.len() as u64,
+            free_vh: mgr.vh_free.iter().map(|v| v.len() as u64).sum(),
+            ..Default::default()
+        };
+        drop(mgr);
+        for r in &self.reactors {
+            s.granted_hh += r.lock().hh.len() as u64;
+        }
+        for st in self.t.state.iter() {
+            match st.load(Relaxed) {
+                state::OPEN => s.open_stripes += 1,
+                state::FULL => s.full_stripes += 1,
+                state::CONVERTED => s.converted_stripes += 1,
+                _ => {}
+            }
+        }
+        s.mapped_blocks =
+            self.t.amt.iter().filter(|e| super::tables::entry_is_data(e.load(Relaxed))).count()
+                as u64;
+        s
+    }
+
+    /// Flushes every live member.
+    pub(crate) async fn flush_members(&self) -> DevResult<()> {
+        let members = self.members.read().clone();
+        let futs = members.iter().enumerate().filter(|(i, _)| !self.is_failed(*i)).map(|(i, d)| {
+            let d = d.clone();
+            async move { (i, d.flush().await) }
+        });
+        for (i, r) in join_all(futs).await {
+            if let Err(e) = r {
+                self.member_error(i, e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets every stripe's VH list empty (after conversion or recovery).
+    pub(crate) fn clear_vhs(&self, s: u64) {
+        for i in 0..self.geo.m {
+            self.t.set_vh(s, i, NONE);
+        }
+    }
+}
