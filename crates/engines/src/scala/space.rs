@@ -79,6 +79,8 @@ pub struct Manager {
     /// Grant requests per reactor since the last recall (the recall weights).
     pub requests: Vec<u64>,
     pub ckpt_seq: u64,
+    /// Full hero groups collected from the reactors, not converted yet.
+    pub to_convert: VecDeque<u64>,
 }
 
 impl Manager {
@@ -90,6 +92,7 @@ impl Manager {
             vh_free: (0..g.n).map(|_| VecDeque::new()).collect(),
             requests: vec![0; reactors],
             ckpt_seq: 0,
+            to_convert: VecDeque::new(),
         }
     }
 }
@@ -293,8 +296,19 @@ impl Inner {
         out
     }
 
-    /// Collects the full hero groups of every reactor (by message) and converts them.
+    /// Collects the full hero groups of every reactor (by message) and converts them, with
+    /// those collected earlier and not converted yet. The caller holds the work lock.
     pub(crate) async fn convert_full(self: &Arc<Self>) -> DevResult<()> {
+        self.collect_full().await;
+        loop {
+            let Some(s) = self.mgr.lock().to_convert.pop_front() else { break };
+            self.convert_stripe(s).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves every reactor's list of full hero groups (by message) to the conversion queue.
+    async fn collect_full(self: &Arc<Self>) {
         let mut handles = Vec::new();
         for r in 0..self.io_reactors() {
             let inner = self.clone();
@@ -305,10 +319,7 @@ impl Inner {
         }
         let mut stripes: Vec<u64> = join_all(handles).await.into_iter().flatten().collect();
         stripes.sort_unstable();
-        for s in stripes {
-            self.convert_stripe(s).await?;
-        }
-        Ok(())
+        self.mgr.lock().to_convert.extend(stripes);
     }
 
     /// Returns every reactor's heroes, then converts everything (shutdown, tests).
@@ -362,11 +373,18 @@ impl Inner {
             let idle_at = self.last_write_ns.load(Relaxed) + self.opts.idle_ns;
             let low =
                 (self.vh_free_total() as f64) < self.opts.vh_low_fraction * self.vh_total() as f64;
+            if low || now_ns() >= idle_at {
+                // One stripe per turn of the work lock, so grants are not held up behind a
+                // whole batch of conversions.
+                self.collect_full().await;
+                loop {
+                    let _g = self.sm_work.lock(0).await;
+                    let Some(s) = self.mgr.lock().to_convert.pop_front() else { break };
+                    self.convert_stripe(s).await?;
+                }
+            }
             let waiting = {
                 let _g = self.sm_work.lock(0).await;
-                if low || now_ns() >= idle_at {
-                    self.convert_full().await?;
-                }
                 if self.hh_low() {
                     self.gc().await?;
                     self.write_checkpoint().await?;
