@@ -57,6 +57,13 @@ impl Inner {
             }
             self.t.set_state(v, state::VICTIM);
             self.drain_victim(v, &mut dest, &mut drained).await?;
+            if dest.moved.is_empty() {
+                // Everything the drained victims held is written elsewhere already.
+                let members = self.members.read().clone();
+                for v in std::mem::take(&mut drained) {
+                    self.recycle(v, &members).await?;
+                }
+            }
         }
         if !dest.moved.is_empty() {
             self.write_dest(&mut dest, &mut drained).await?;
