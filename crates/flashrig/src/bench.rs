@@ -276,3 +276,114 @@ pub fn twophase_write(k: usize, m: usize, passes: u64) -> BenchResult {
         ),
     }
 }
+
+/// User write throughput of one I/O reactor of `scala` k+m on RAM members in the real runtime
+/// (the space manager on a second reactor, as the paper's daemon thread): 64 KiB writes at QD32
+/// over the whole array, `passes` times, so hero groups fill, are converted on the host (RAM
+/// disks have no conversion command) and GC runs.
+pub fn scala_write(k: usize, m: usize, passes: u64) -> BenchResult {
+    use flashrig_blockdev::DevRef;
+    use flashrig_devices::RamDevice;
+    use flashrig_engines::{Scala, ScalaOptions};
+    let member_blocks = 16384u64; // 64 MiB per member
+    let (res, _) = run(RuntimeKind::Real, 2, move || async move {
+        let members: Vec<DevRef> = (0..k + m)
+            .map(|i| {
+                Arc::new(RamDevice::new(&format!("ram{i}"), 4096, member_blocks, 16, 0)) as DevRef
+            })
+            .collect();
+        let opts = ScalaOptions::new(k, m);
+        let sc = Arc::new(Scala::create("scala", members, opts).await.expect("scala"));
+        let eng: DevRef = sc.clone();
+        let range = eng.info().num_blocks / 16 * 16;
+        let count = passes * range / 16;
+        let t0 = Instant::now();
+        crate::workload::closed_loop(
+            eng.clone(),
+            true,
+            crate::workload::Access::Seq,
+            16,
+            32,
+            count,
+            range,
+            3,
+        )
+        .await
+        .expect("write");
+        let secs = t0.elapsed().as_secs_f64();
+        let snap = flashrig_blockdev::snapshot_stack(eng.as_ref());
+        let wa = snap.values["host_write_amplification"];
+        (secs, count * 65536, wa, snap.counters["conversions_host"], snap.counters["gc_stripes"])
+    });
+    let (secs, bytes, wa, conv, gc) = res;
+    BenchResult {
+        name: format!("scala {k}+{m} 64 KiB writes"),
+        value: bytes as f64 / secs / 1e9,
+        unit: "GB/s".into(),
+        detail: format!(
+            "{passes} sequential passes at QD32, one I/O reactor + the space manager's, real \
+             runtime, RAM members; {conv} host conversions, {gc} GC stripes, host write \
+             amplification {wa:.2}"
+        ),
+    }
+}
+
+/// Messages per second through `scala`'s space manager under grant pressure: `io` I/O
+/// reactors write 4 KiB blocks at random into a small array with one-HH grants, so every hero
+/// group costs a grant round trip and the manager collects full groups from every reactor for
+/// conversion. Recalls are counted too; they happen only when GC cannot refill the grant window
+/// (docs/benchmarks.md). Real runtime, RAM members.
+pub fn scala_manager_messages(io: usize, writes_per_reactor: u64) -> BenchResult {
+    use flashrig_blockdev::DevRef;
+    use flashrig_devices::RamDevice;
+    use flashrig_engines::{Scala, ScalaOptions};
+    let (res, _) = run(RuntimeKind::Real, io + 1, move || async move {
+        let members: Vec<DevRef> = (0..5)
+            .map(|i| Arc::new(RamDevice::new(&format!("ram{i}"), 4096, 4096, 16, 0)) as DevRef)
+            .collect();
+        let opts = ScalaOptions {
+            chunk_blocks: 4,
+            grant_heroes: 1,
+            transient_blocks_per_member: Some(256),
+            ..ScalaOptions::new(4, 1)
+        };
+        let sc = Arc::new(Scala::create("scala", members, opts).await.expect("scala"));
+        let eng: DevRef = sc.clone();
+        let range = eng.info().num_blocks;
+        let t0 = Instant::now();
+        let mut handles = Vec::new();
+        for r in 0..io {
+            let eng = eng.clone();
+            handles.push(spawn_on(r, move || async move {
+                crate::workload::closed_loop(
+                    eng,
+                    true,
+                    crate::workload::Access::Rand,
+                    1,
+                    8,
+                    writes_per_reactor,
+                    range,
+                    r as u64 + 1,
+                )
+                .await
+                .expect("write")
+            }));
+        }
+        for h in handles {
+            h.await;
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        let c = flashrig_blockdev::snapshot_stack(eng.as_ref()).counters;
+        (secs, c["manager_messages"], c["grant_requests"], c["recalls"], c["recalled_hh"])
+    });
+    let (secs, msgs, grants, recalls, recalled) = res;
+    BenchResult {
+        name: format!("scala space manager, {io} I/O reactors"),
+        value: msgs as f64 / secs / 1e6,
+        unit: "M messages/s".into(),
+        detail: format!(
+            "{msgs} messages in {secs:.2} s: {grants} grants, {recalls} recalls returning \
+             {recalled} HHs; 4 KiB random writes, one-HH grants, real runtime, RAM members"
+        ),
+    }
+}

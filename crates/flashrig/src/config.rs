@@ -66,6 +66,7 @@ pub enum DeviceConfig {
     Ssd(SsdSpec),
     Raid(RaidConfig),
     Twophase(TwophaseConfig),
+    Scala(ScalaConfig),
 }
 
 /// An emulated SSD: a named `preset` and any keys that override it (see
@@ -245,6 +246,85 @@ pub struct TwophaseConfig {
 
 fn default_watermark() -> f64 {
     0.05
+}
+
+/// `scala`: a ScalaAFA-like two-phase-write array over k + m members (scalaafa-atc24.txt §5;
+/// `crates/engines/src/scala`): a user-space engine whose I/O threads write with permissions
+/// (heroes) granted by a space manager, backup copies land in a transient area, and
+/// conversion runs on the members (the `convert` vendor command) or on the host.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScalaConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    pub k: usize,
+    pub m: usize,
+    /// The chunk, as `raid` and `twophase` name it (§6.1: 64 KB).
+    #[serde(default = "default_chunk")]
+    pub chunk: Size,
+    /// Where conversion runs: `auto` (offloaded to members that support the convert vendor
+    /// command, the host for the rest), `ssd` (offloaded; every member must support it) or
+    /// `host` (the paper's Scala-CO ablation, §6.5).
+    #[serde(default)]
+    pub conversion: ScalaConversion,
+    /// Mark backup copies as transient in their write commands (§5.5); `false` is the paper's
+    /// Scala-WR ablation.
+    #[serde(default = "default_true")]
+    pub transient_tags: bool,
+    /// Size of the transient (VH) area on each member, in KiB. When absent and every member is
+    /// an emulated SSD with an SLC cache, the SLC cache's size (§5.1: the transient area is
+    /// "determined by the total capacity of the SLC buffers"); otherwise the engine's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transient_kib_per_member: Option<u64>,
+    /// Horizontal heroes the space manager grants per batch (§5.2: 1024).
+    #[serde(default = "default_grant_heroes")]
+    pub grant_heroes: usize,
+    /// The reactor the space manager runs on (default: the last).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space_manager_reactor: Option<usize>,
+    /// Host cost profile: `user` (the default: ScalaAFA is an SPDK engine), `kernel` or
+    /// `none`. See docs/cost-model.md.
+    #[serde(default = "default_user")]
+    pub host: String,
+    /// `create` (format the members, which must be blank) or `recover` (rebuild the array
+    /// from what the members hold, after a crash or a clean stop).
+    #[serde(default)]
+    pub start: ScalaStart,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<DeviceConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<Box<DeviceConfig>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<usize>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_grant_heroes() -> usize {
+    1024
+}
+
+fn default_user() -> String {
+    "user".into()
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScalaConversion {
+    #[default]
+    Auto,
+    Ssd,
+    Host,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScalaStart {
+    #[default]
+    Create,
+    Recover,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -428,6 +508,7 @@ impl Config {
             return Err(format!("reactors = {}: must be between 1 and 256", self.reactors));
         }
         validate_device(&self.device, "device")?;
+        check_reactor_choices(&self.device, "device", self.reactors)?;
         if let Some(r) = &self.replay {
             r.validate()?;
         }
@@ -539,7 +620,45 @@ fn validate_device(d: &DeviceConfig, at: &str) -> Result<(), String> {
         DeviceConfig::Raid(r) => {
             check_array(r.k, r.m, r.chunk, &r.host, &r.members, &r.member, r.width, at)?
         }
+        DeviceConfig::Scala(c) => {
+            check_array(c.k, c.m, c.chunk, &c.host, &c.members, &c.member, c.width, at)?;
+            if c.transient_kib_per_member == Some(0) {
+                return Err(format!("{at}.transient_kib_per_member must be positive"));
+            }
+            if c.grant_heroes == 0 {
+                return Err(format!("{at}.grant_heroes must be at least 1"));
+            }
+        }
         DeviceConfig::Ssd(spec) => spec.0.validate().map_err(|e| format!("{at}: {e}"))?,
+    }
+    Ok(())
+}
+
+/// Settings that name a reactor must name one the run has.
+fn check_reactor_choices(d: &DeviceConfig, at: &str, reactors: usize) -> Result<(), String> {
+    let (members, member): (&[DeviceConfig], &Option<Box<DeviceConfig>>) = match d {
+        DeviceConfig::Scala(c) => {
+            if let Some(r) = c.space_manager_reactor {
+                if r >= reactors {
+                    return Err(format!(
+                        "{at}.space_manager_reactor = {r}: the run has {reactors} reactor(s), \
+                         numbered from 0"
+                    ));
+                }
+            }
+            (&c.members, &c.member)
+        }
+        DeviceConfig::Stripe(s) => (&s.members, &s.member),
+        DeviceConfig::Concat(c) => (&c.members, &c.member),
+        DeviceConfig::Raid(r) => (&r.members, &r.member),
+        DeviceConfig::Twophase(t) => (&t.members, &t.member),
+        DeviceConfig::Ram(_) | DeviceConfig::File(_) | DeviceConfig::Ssd(_) => return Ok(()),
+    };
+    for (i, m) in members.iter().enumerate() {
+        check_reactor_choices(m, &format!("{at}.members[{i}]"), reactors)?;
+    }
+    if let Some(m) = member {
+        check_reactor_choices(m, &format!("{at}.member"), reactors)?;
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ pub mod error;
 pub mod fiojob;
 pub mod replay;
 pub mod report;
+pub mod reproduce;
 pub mod run;
 pub mod size;
 pub mod ssdlab;

@@ -18,7 +18,8 @@ use flashrig_runtime::RuntimeKind;
                   emulated SSDs) on a deterministic simulated runtime or on real threads, and \
                   reports throughput, latency and every layer's counters. Devices: ram, file, \
                   and the emulated SSD (`type = \"ssd\"` with a preset, see `flashrig ssd \
-                  presets`); engines: stripe and concat. See README.md for each command."
+                  presets`); engines: stripe, concat, raid, twophase and scala. See README.md \
+                  for each command."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -106,6 +107,11 @@ enum Command {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
+    /// Reproduce a paper's evaluation at reduced scale and write the comparison document.
+    Reproduce {
+        #[command(subcommand)]
+        paper: ReproduceCommand,
+    },
     /// Block traces: statistics, format conversion, reduction.
     Trace {
         #[command(subcommand)]
@@ -144,6 +150,38 @@ struct FioArgs {
     /// The job section to run when the file has several.
     #[arg(long, requires = "fio")]
     section: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum ReproduceCommand {
+    /// ScalaAFA (ATC'24) §6, Figs. 9-16: our engines over emulated FEMU SSDs, in simulation,
+    /// the paper's numbers beside ours (docs/reproduce-scalaafa.md).
+    Scalaafa {
+        /// SSDs and runs at 1/32 and 1 to 4 I/O threads: about five minutes on 2 cores.
+        #[arg(long)]
+        quick: bool,
+        /// The smallest sizes (1 ms runs, 300-request traces), for flashrig's own tests.
+        #[arg(long, hide = true, conflicts_with = "quick")]
+        smoke: bool,
+        /// The document to write.
+        #[arg(long, short = 'o', default_value = "docs/reproduce-scalaafa.md")]
+        out: PathBuf,
+        /// Where to draw the plots (SVG and PNG).
+        #[arg(long, default_value = "docs/figures/scalaafa")]
+        plots: PathBuf,
+        /// Where to keep every run's result file and the synthetic traces.
+        #[arg(long, default_value = "reproduce-results/scalaafa")]
+        results: PathBuf,
+        /// The real traces (MANIFEST.txt and the files it lists).
+        #[arg(long, default_value = "../shared/traces")]
+        traces: PathBuf,
+        /// Runs in parallel (default: one per CPU); results do not depend on it.
+        #[arg(long, short = 'j')]
+        jobs: Option<usize>,
+        /// Print nothing but errors.
+        #[arg(long, short)]
+        quiet: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -412,6 +450,8 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                 let mut r = vec![
                     flashrig::bench::raid_full_stripe_write(4, 1, stripes),
                     flashrig::bench::twophase_write(4, 1, if quick { 1 } else { 3 }),
+                    flashrig::bench::scala_write(4, 1, if quick { 1 } else { 3 }),
+                    flashrig::bench::scala_manager_messages(2, 10_000 / scale),
                 ];
                 for (k, m) in [(4, 1), (6, 1), (6, 2)] {
                     r.extend(flashrig::bench::parity_encode(k, m, secs));
@@ -459,6 +499,34 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
         Command::Trace { command } => trace(command),
+        Command::Reproduce {
+            paper:
+                ReproduceCommand::Scalaafa { quick, smoke, out, plots, results, traces, jobs, quiet },
+        } => {
+            use flashrig::reproduce::{Mode, Options};
+            let mode = if smoke {
+                Mode::Smoke
+            } else if quick {
+                Mode::Quick
+            } else {
+                Mode::Full
+            };
+            let opts =
+                Options { mode, out, plots, results, traces, workers: jobs.unwrap_or(0), quiet };
+            let failed = flashrig::reproduce::scalaafa(&opts)?;
+            if !quiet {
+                eprintln!("wrote {}", opts.out.display());
+            }
+            if !failed.is_empty() {
+                return Err(Error::Run(format!(
+                    "{} run(s) failed (listed in {}): {}",
+                    failed.len(),
+                    opts.out.display(),
+                    failed.join("; ")
+                )));
+            }
+            Ok(())
+        }
         Command::Report { results, csv, series_csv, plot } => {
             let runs = flashrig::report::load(&results)?;
             print!("{}", flashrig::report::table(&runs));

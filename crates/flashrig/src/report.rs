@@ -12,6 +12,7 @@ use crate::run::{human_bytes, human_ns};
 use crate::workload::WorkloadSummary;
 
 /// One run as the report reads it.
+#[derive(Clone)]
 pub struct Run {
     pub name: String,
     pub result: RunResult,
@@ -167,19 +168,180 @@ pub fn plots(runs: &[Run], dir: &Path) -> Result<Vec<PathBuf>, Error> {
     let fonts = system_fonts();
     let mut written = Vec::new();
     for (stem, draw) in PLOTS {
-        let svg = dir.join(format!("{stem}.svg"));
-        {
-            let root = SVGBackend::new(&svg, (800, 500)).into_drawing_area();
-            root.fill(&WHITE).map_err(|e| plot_err(&svg, e))?;
-            draw(runs, &root).map_err(|e| plot_err(&svg, e))?;
-            root.present().map_err(|e| plot_err(&svg, e))?;
-        }
-        let png = dir.join(format!("{stem}.png"));
-        svg_to_png(&svg, &png, &fonts)?;
-        written.push(svg);
-        written.push(png);
+        written.extend(draw_svg_png(&dir.join(stem), &fonts, |root| draw(runs, root))?);
     }
     Ok(written)
+}
+
+/// Draws one picture as `stem.svg` and, rasterised from it, `stem.png`; returns both paths.
+fn draw_svg_png(
+    stem: &Path,
+    fonts: &std::sync::Arc<resvg::usvg::fontdb::Database>,
+    draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, plotters::coord::Shift>) -> Result<(), String>,
+) -> Result<Vec<PathBuf>, Error> {
+    let svg = stem.with_extension("svg");
+    {
+        let root = SVGBackend::new(&svg, (800, 500)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| plot_err(&svg, e))?;
+        draw(&root).map_err(|e| plot_err(&svg, e))?;
+        root.present().map_err(|e| plot_err(&svg, e))?;
+    }
+    let png = stem.with_extension("png");
+    svg_to_png(&svg, &png, fonts)?;
+    Ok(vec![svg, png])
+}
+
+/// A named series of a chart: one value per category (or x), `None` where there is none.
+pub struct Series {
+    pub name: String,
+    pub values: Vec<Option<f64>>,
+}
+
+/// Draws the latency CDF of `runs` (each named by its `name`) as `stem.svg` and `stem.png`.
+pub fn cdf_chart(stem: &Path, title: &str, runs: &[Run]) -> Result<Vec<PathBuf>, Error> {
+    draw_svg_png(stem, &system_fonts(), |root| draw_cdf_titled(runs, root, title))
+}
+
+/// Grouped bars: one group per category, one bar per series, as `stem.svg` and `stem.png`.
+pub fn bar_chart(
+    stem: &Path,
+    title: &str,
+    y_label: &str,
+    categories: &[String],
+    series: &[Series],
+) -> Result<Vec<PathBuf>, Error> {
+    draw_svg_png(stem, &system_fonts(), |root| draw_bars(root, title, y_label, categories, series))
+}
+
+/// Lines over a numeric x axis (one point per x where the series has a value), as
+/// `stem.svg` and `stem.png`. Series whose name ends in "(ideal)" are drawn dashed.
+pub fn line_chart(
+    stem: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    xs: &[f64],
+    series: &[Series],
+) -> Result<Vec<PathBuf>, Error> {
+    draw_svg_png(stem, &system_fonts(), |root| {
+        draw_lines(root, title, x_label, y_label, xs, series)
+    })
+}
+
+fn draw_bars(
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    title: &str,
+    y_label: &str,
+    categories: &[String],
+    series: &[Series],
+) -> Result<(), String> {
+    let max_y = series.iter().flat_map(|s| s.values.iter().flatten()).fold(0f64, |a, &b| a.max(b));
+    let max_y = if max_y > 0.0 { max_y * 1.15 } else { 1.0 };
+    let n = categories.len().max(1) as f64;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(65)
+        .build_cartesian_2d(0f64..n, 0f64..max_y)
+        .map_err(|e| e.to_string())?;
+    let names = categories.to_vec();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(categories.len().max(1) * 2 + 1)
+        .x_label_formatter(&|v| {
+            // Label each group at its centre.
+            let c = v - v.floor();
+            if (c - 0.5).abs() < 1e-6 {
+                names.get(v.floor() as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc(y_label)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let width = 0.8 / series.len().max(1) as f64;
+    for (j, s) in series.iter().enumerate() {
+        let c = colour(j);
+        let bars: Vec<_> = s
+            .values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.map(|v| (i, v)))
+            .map(|(i, v)| {
+                let x0 = i as f64 + 0.1 + j as f64 * width;
+                Rectangle::new([(x0, 0.0), (x0 + width * 0.95, v)], c.filled())
+            })
+            .collect();
+        chart
+            .draw_series(bars)
+            .map_err(|e| e.to_string())?
+            .label(s.name.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], c.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
+fn draw_lines(
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    xs: &[f64],
+    series: &[Series],
+) -> Result<(), String> {
+    let max_x = xs.iter().copied().fold(1f64, f64::max);
+    let max_y = series.iter().flat_map(|s| s.values.iter().flatten()).fold(0f64, |a, &b| a.max(b));
+    let max_y = if max_y > 0.0 { max_y * 1.15 } else { 1.0 };
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(65)
+        .build_cartesian_2d(0f64..max_x * 1.05, 0f64..max_y)
+        .map_err(|e| e.to_string())?;
+    chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(|e| e.to_string())?;
+    for (j, s) in series.iter().enumerate() {
+        let c = colour(j);
+        let pts: Vec<(f64, f64)> =
+            xs.iter().zip(&s.values).filter_map(|(&x, v)| v.map(|v| (x, v))).collect();
+        let dashed = s.name.ends_with("(ideal)");
+        if dashed {
+            chart
+                .draw_series(DashedLineSeries::new(pts.iter().copied(), 8, 5, c.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(s.name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                });
+        } else {
+            chart
+                .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(s.name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())
 }
 
 /// The machine's fonts, for the text of PNG plots (CI installs DejaVu, fonts-dejavu-core).
@@ -217,12 +379,20 @@ fn draw_cdf(
     runs: &[Run],
     root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
 ) -> Result<(), String> {
+    draw_cdf_titled(runs, root, "Latency CDF")
+}
+
+fn draw_cdf_titled(
+    runs: &[Run],
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    title: &str,
+) -> Result<(), String> {
     let max_us = runs
         .iter()
         .flat_map(|r| r.total.latency_cdf.last().map(|p| p.0 as f64 / 1e3))
         .fold(1.0f64, f64::max);
     let mut chart = ChartBuilder::on(root)
-        .caption("Latency CDF", ("sans-serif", 22))
+        .caption(title, ("sans-serif", 22))
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(55)

@@ -397,6 +397,17 @@ pub fn describe_device(d: &DeviceConfig) -> String {
                 t.member.as_ref().map(|_| t.width.unwrap_or(t.k + t.m))
             )
         ),
+        DeviceConfig::Scala(c) => format!(
+            "scala({}+{}, {}) over {}",
+            c.k,
+            c.m,
+            c.chunk,
+            describe_members(
+                &c.members,
+                &c.member,
+                c.member.as_ref().map(|_| c.width.unwrap_or(c.k + c.m))
+            )
+        ),
         DeviceConfig::Ssd(spec) => match &spec.0.preset {
             Some(p) => format!("ssd({p})"),
             None => "ssd".to_string(),

@@ -7,12 +7,15 @@ use std::sync::Arc;
 use flashrig_blockdev::{DevError, DevRef};
 use flashrig_devices::{FileDevice, FileOptions, RamDevice};
 use flashrig_engines::raid::WriteMode;
+use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions};
 use flashrig_engines::{Concat, Raid, RaidOptions, Stripe, Twophase, TwophaseOptions};
 use flashrig_runtime::cost::SharedLockModel;
 use flashrig_runtime::HostCosts;
 use flashrig_ssd::Ssd;
 
-use crate::config::{DeviceConfig, RaidMode, TwophaseStart};
+use crate::config::{
+    DeviceConfig, RaidMode, ScalaConfig, ScalaConversion, ScalaStart, TwophaseStart,
+};
 use crate::error::Error;
 
 /// Builds the stack described by `cfg`. Layers without a configured name are named after their
@@ -35,6 +38,7 @@ fn default_name(cfg: &DeviceConfig, index: Option<usize>) -> String {
         DeviceConfig::Ssd(_) => "ssd",
         DeviceConfig::Raid(_) => "raid",
         DeviceConfig::Twophase(_) => "twophase",
+        DeviceConfig::Scala(_) => "scala",
     };
     match index {
         Some(i) => format!("{kind}{i}"),
@@ -145,11 +149,84 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
             };
             Arc::new(eng.map_err(|e| stack_err(at, e))?)
         }
+        DeviceConfig::Scala(c) => {
+            let name = c.name.clone().unwrap_or_else(|| default.to_string());
+            let width = c.member.as_ref().map(|_| c.width.unwrap_or(c.k + c.m));
+            let members = build_members(&c.members, &c.member, width, at).await?;
+            let opts = scala_options(c, &members, width, at)?;
+            let eng = match c.start {
+                ScalaStart::Create => Scala::create(&name, members, opts).await,
+                ScalaStart::Recover => Scala::open(&name, members, opts).await,
+            };
+            Arc::new(eng.map_err(|e| stack_err(at, e))?)
+        }
         DeviceConfig::Ssd(spec) => {
             let name = spec.0.name.clone().unwrap_or_else(|| default.to_string());
             Arc::new(Ssd::new(&name, &spec.0).map_err(|e| Error::Stack(format!("{at}: {e}")))?)
         }
     })
+}
+
+/// The engine options of a `scala` array over its built `members`.
+fn scala_options(
+    c: &ScalaConfig,
+    members: &[DevRef],
+    width: Option<usize>,
+    at: &str,
+) -> Result<ScalaOptions, Error> {
+    let bs = members[0].info().block_size as u64;
+    if !c.chunk.bytes().is_multiple_of(bs) {
+        return Err(Error::Stack(format!(
+            "{at}.chunk = {}: not a multiple of the members' {bs}-byte block",
+            c.chunk
+        )));
+    }
+    let costs = HostCosts::named(&c.host)
+        .ok_or_else(|| Error::Stack(format!("{at}.host = {}: unknown", c.host)))?;
+    let mut opts = ScalaOptions::new(c.k, c.m);
+    opts.chunk_blocks = c.chunk.bytes() / bs;
+    opts.conversion = match c.conversion {
+        ScalaConversion::Auto => ConversionMode::Auto,
+        ScalaConversion::Ssd => ConversionMode::Ssd,
+        ScalaConversion::Host => ConversionMode::Host,
+    };
+    opts.transient_tags = c.transient_tags;
+    let transient_bytes = match c.transient_kib_per_member {
+        Some(kib) => Some(kib * 1024),
+        None => slc_cache_bytes(c, width),
+    };
+    if let Some(bytes) = transient_bytes {
+        if !bytes.is_multiple_of(bs) {
+            return Err(Error::Stack(format!(
+                "{at}.transient_kib_per_member: {bytes} bytes is not a multiple of the \
+                 members' {bs}-byte block"
+            )));
+        }
+        opts.transient_blocks_per_member = Some(bytes / bs);
+    }
+    opts.grant_heroes = c.grant_heroes;
+    opts.space_manager_reactor = c.space_manager_reactor;
+    opts.costs = Arc::new(costs);
+    Ok(opts)
+}
+
+/// The transient area ScalaAFA sizes by the SLC buffers (§5.1): when every member of a
+/// `scala` array is an emulated SSD with an SLC cache, the smallest member's cache size.
+pub fn slc_cache_bytes(c: &ScalaConfig, width: Option<usize>) -> Option<u64> {
+    let list: Vec<&DeviceConfig> = match (&c.member, width) {
+        (Some(m), Some(w)) if w > 0 => vec![m.as_ref(); w],
+        _ => c.members.iter().collect(),
+    };
+    let sizes: Option<Vec<u64>> = list
+        .iter()
+        .map(|d| match d {
+            DeviceConfig::Ssd(s) if s.0.firmware.slc_cache_bytes > 0 => {
+                Some(s.0.firmware.slc_cache_bytes)
+            }
+            _ => None,
+        })
+        .collect();
+    sizes.and_then(|v| v.into_iter().min())
 }
 
 async fn build_members(
@@ -188,4 +265,42 @@ fn instantiate(template: &DeviceConfig, i: usize) -> DeviceConfig {
         f.path = p.into();
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn scala(device: &str) -> ScalaConfig {
+        let text = format!("[device]\ntype = \"scala\"\nk = 2\nm = 1\n{device}");
+        match Config::from_toml(&text, Path::new("t.toml")).unwrap().device {
+            DeviceConfig::Scala(c) => c,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_transient_area_follows_the_members_slc_caches() {
+        // Every member an SSD with an SLC cache: its size (tiny-slc: 4 MiB).
+        let c = scala("member = { type = \"ssd\", preset = \"tiny-slc\" }\n");
+        assert_eq!(slc_cache_bytes(&c, Some(3)), Some(4 << 20));
+        // Different caches: the smallest.
+        let c = scala(
+            "members = [{ type = \"ssd\", preset = \"tiny-slc\" }, \
+             { type = \"ssd\", preset = \"tiny-slc\", firmware = { slc_cache_bytes = 2097152 } }, \
+             { type = \"ssd\", preset = \"tiny-slc\" }]\n",
+        );
+        assert_eq!(slc_cache_bytes(&c, None), Some(2 << 20));
+        // A member without an SLC cache, or not an SSD: the engine's default.
+        let c = scala(
+            "members = [{ type = \"ssd\", preset = \"tiny-slc\" }, \
+             { type = \"ssd\", preset = \"tiny\" }, { type = \"ssd\", preset = \"tiny-slc\" }]\n",
+        );
+        assert_eq!(slc_cache_bytes(&c, None), None);
+        let c = scala("member = { type = \"ram\", capacity = \"64MiB\" }\n");
+        assert_eq!(slc_cache_bytes(&c, Some(3)), None);
+    }
 }

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Each run's result file goes to the output directory, named after its settings, and the
-//! sweep prints one table row per run. For arrays of emulated SSDs (`raid` or `twophase` with
+//! sweep prints one table row per run. For arrays of emulated SSDs (`raid`, `twophase` or `scala` with
 //! an `ssd` member) the table adds the two-phase ideal of ScalaAFA §3.1, (k + m) / (m + 1) · S, where S
 //! is one member SSD's own throughput under the same workload, measured by a run of its own.
 
@@ -156,10 +156,11 @@ fn file_name(label: &str) -> String {
 
 /// The single-SSD throughput behind the two-phase ideal, for arrays over `ssd` members: the
 /// member alone under the same workload (its `range` and `size` scaled to one member's share).
-fn single_member_config(cfg: &Config) -> Option<(Config, usize, usize)> {
+pub fn single_member_config(cfg: &Config) -> Option<(Config, usize, usize)> {
     let (member, k, m) = match &cfg.device {
         DeviceConfig::Raid(r) => (r.member.as_deref()?, r.k, r.m),
         DeviceConfig::Twophase(t) => (t.member.as_deref()?, t.k, t.m),
+        DeviceConfig::Scala(c) => (c.member.as_deref()?, c.k, c.m),
         _ => return None,
     };
     if !matches!(member, DeviceConfig::Ssd(_)) {

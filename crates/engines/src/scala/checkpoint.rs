@@ -19,6 +19,7 @@ use flashrig_blockdev::{DevResult, WriteHints};
 use futures_util::future::join_all;
 
 use super::format::Checkpoint;
+use super::space::Manager;
 use super::tables::state;
 use super::Inner;
 
@@ -30,6 +31,7 @@ impl Inner {
             let pending = std::mem::take(&mut mgr.pending);
             mgr.pool.extend(pending);
             let target = self.window_target();
+            self.rebalance_window(&mut mgr, target);
             while mgr.window.len() < target {
                 let Some(s) = mgr.pool.pop_front() else { break };
                 self.t.set_state(s as u64, state::HELD);
@@ -79,6 +81,34 @@ impl Inner {
         self.c.checkpoints.inc();
         self.c.checkpoint_bytes.add(buf.len() as u64 * copies.len() as u64);
         Ok(())
+    }
+
+    /// When the window holds HHs that cannot form a hero group now (a parity member has no
+    /// free VH: its VHs sit in other reactors' open groups), swaps them for pool HHs that can,
+    /// so a grant is not refused while the array is nearly empty. Safe at a checkpoint: the
+    /// window only ever holds HHs nobody was granted, and the new checkpoint declares the new
+    /// window.
+    fn rebalance_window(&self, mgr: &mut Manager, target: usize) {
+        // Usability depends only on an HH's rotation (`s mod n` names its parity members).
+        let n = self.geo.n as u64;
+        let by_rotation: Vec<bool> = (0..n).map(|r| self.hh_usable(mgr, r)).collect();
+        let usable_hh = |h: &u32| by_rotation[(*h as u64 % n) as usize];
+        if mgr.window.iter().all(usable_hh) {
+            return;
+        }
+        let (keep, back): (Vec<u32>, Vec<u32>) = mgr.window.drain(..).partition(usable_hh);
+        let (usable, rest): (Vec<u32>, Vec<u32>) = mgr.pool.drain(..).partition(usable_hh);
+        let want = target.saturating_sub(keep.len()).min(usable.len());
+        mgr.window.extend(keep);
+        for &h in &usable[..want] {
+            self.t.set_state(h as u64, state::HELD);
+            mgr.window.push_back(h);
+        }
+        for &h in &back {
+            self.t.set_state(h as u64, state::FREE);
+        }
+        // The pool keeps its order otherwise; the passed-over HHs go to its end.
+        mgr.pool.extend(usable[want..].iter().chain(&rest).chain(&back));
     }
 
     /// Formats the members: trims them whole, writes the superblock everywhere, puts every

@@ -34,6 +34,9 @@ impl Inner {
         let offload = self.offload
             && (0..g.m).all(|i| vhs[i] != NONE || self.is_failed(g.parity_member(s, i)));
         if offload {
+            // From the first command on, a VH may already be invalid while the parity is not
+            // written yet: degraded reads of the stripe wait until the conversion is done.
+            self.t.set_state(s, state::CONVERTING);
             self.c.conversions_ssd.inc();
             let members = self.members.read().clone();
             let cmds = (0..g.m).filter(|&i| !self.is_failed(g.parity_member(s, i))).map(|i| {
@@ -56,7 +59,11 @@ impl Inner {
             }
         } else {
             self.c.conversions_host.inc();
+            // The backup copies stay readable while the host reads the primaries (a degraded
+            // read of this very conversion may need one), so the stripe is marked converting
+            // only once the parity is written, before the copies are trimmed.
             self.write_parity(s).await?;
+            self.t.set_state(s, state::CONVERTING);
             // The backup copies are garbage now: tell the members (an SSD invalidates them).
             let members = self.members.read().clone();
             let trims = (0..g.m).filter(|&i| vhs[i] != NONE).map(|i| {

@@ -166,6 +166,9 @@ impl Inner {
             }
         }
         self.write_parity_chunks(dst, &parity, &pmd, None).await?;
+        // The copies must be durable before the victims are trimmed (a trim is durable at
+        // once on an SSD): otherwise a power cut could lose flushed data.
+        self.flush_members().await?;
         self.opts.costs.charge_member_ios((g.k + g.m) as u64).await;
         self.c.member_write_bytes.add(((g.k + g.m) * chunk * bs) as u64);
         self.t.set_state(dst, state::CONVERTED);

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use flashrig_blockdev::{DevError, DevResult};
 
-use super::tables::{entry_afa, entry_is_data, NONE};
+use super::tables::{entry_afa, entry_is_data, state, NONE};
 use super::Inner;
 
 /// A run of user blocks stored contiguously in one slot.
@@ -118,20 +118,43 @@ impl Inner {
             }
         }
         self.c.degraded_reads.inc();
-        // A replicated stripe: a backup copy.
-        for i in 0..g.m {
-            let v = self.t.vh(s, i);
-            let p = g.parity_member(s, i);
-            if v == NONE || !self.readable(p, s) {
-                continue;
+        loop {
+            // Neither a backup copy nor the parity is reliable mid-conversion: wait for it.
+            // (Conversion marks the stripe only once its own reads are done, so a host
+            // conversion's degraded reads never wait for themselves.)
+            while self.t.state(s) == state::CONVERTING {
+                if self.failed_count() > g.m {
+                    // The conversion failed with the array: it will never finish.
+                    return Err(DevError::ReadMedia { lba: g.hh_lba(s) + off });
+                }
+                flashrig_runtime::sleep_ns(1_000).await;
             }
-            let dev = self.member(p);
-            match dev.read(g.vh_lba(v, j) + off, buf, md.as_deref_mut()).await {
-                Ok(()) => return Ok(()),
-                Err(e) => self.member_error(p, e)?,
+            // A replicated stripe: a backup copy.
+            let mut from_backup = None;
+            for i in 0..g.m {
+                let v = self.t.vh(s, i);
+                let p = g.parity_member(s, i);
+                if v == NONE || !self.readable(p, s) {
+                    continue;
+                }
+                let dev = self.member(p);
+                match dev.read(g.vh_lba(v, j) + off, buf, md.as_deref_mut()).await {
+                    Ok(()) => {
+                        from_backup = Some((i, v));
+                        break;
+                    }
+                    Err(e) => self.member_error(p, e)?,
+                }
+            }
+            let Some((i, v)) = from_backup else {
+                return self.reconstruct(s, j, off, buf, md).await;
+            };
+            // A conversion that began while the copy was read may have invalidated it under
+            // the read: then read again, from the parity.
+            if self.t.vh(s, i) == v && self.t.state(s) != state::CONVERTING {
+                return Ok(());
             }
         }
-        self.reconstruct(s, j, off, buf, md).await
     }
 
     /// Rebuilds blocks of data slot `j` of converted stripe `s` from the stripe's other

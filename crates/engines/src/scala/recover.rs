@@ -103,6 +103,8 @@ impl Inner {
         for (cell, &e) in self.t.amt.iter().zip(&ckpt.amt) {
             cell.store(e, Relaxed);
         }
+        // Later checkpoints must outrank this one.
+        self.mgr.lock().ckpt_seq = ckpt.seq;
         let mut max_ts = ckpt.next_ts.saturating_sub(1);
         step(&mut rep, 1, format!("checkpoint {} ({} stripes to scan)", ckpt.seq, ckpt.scan.len()));
 

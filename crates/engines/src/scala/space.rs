@@ -156,7 +156,13 @@ impl Inner {
             match round {
                 0 => {
                     self.convert_full().await?;
-                    if self.mgr.lock().window.is_empty() {
+                    // A checkpoint refills the window, and swaps window HHs that cannot form
+                    // a group for ones that can.
+                    let stuck = {
+                        let mgr = self.mgr.lock();
+                        !mgr.window.iter().any(|&h| self.hh_usable(&mgr, h as u64))
+                    };
+                    if stuck {
                         self.write_checkpoint().await?;
                     }
                 }
@@ -183,28 +189,34 @@ impl Inner {
     }
 
     /// Takes a batch from the window: HHs whose parity members all have a free VH, one VH each.
+    /// Whether an HH can form a group depends only on its rotation (`s mod n` names its parity
+    /// members), so once a rotation is short of VHs its other HHs are passed over unchecked;
+    /// the scan ends when every rotation is short or the batch is full. Passed-over HHs keep
+    /// their place at the window's front.
     fn take_grant(&self) -> Heroes {
         let batch = self.grant_batch();
+        let n = self.geo.n;
         let mut mgr = self.mgr.lock();
         let mut out = Heroes::default();
         let mut skipped = Vec::new();
-        while out.hh.len() < batch {
+        let mut short = vec![false; n];
+        let mut short_count = 0;
+        while out.hh.len() < batch && short_count < n {
             // The last few free HHs are GC's: it needs a destination to free anything.
-            if mgr.window.len() + mgr.pool.len() <= GC_KEEP_HH {
+            if mgr.window.len() + skipped.len() + mgr.pool.len() <= GC_KEEP_HH {
                 break;
             }
             let Some(h) = mgr.window.pop_front() else { break };
             let s = h as u64;
-            let ok = (0..self.geo.m).all(|i| {
-                let p = self.geo.parity_member(s, i);
-                self.is_failed(p) || !mgr.vh_free[p].is_empty()
-            });
+            let rot = (s % n as u64) as usize;
+            let ok = !short[rot] && self.hh_usable(&mgr, s);
             if !ok {
-                skipped.push(h);
                 // Without VHs on its parity members this HH cannot form a group yet.
-                if skipped.len() > self.geo.n {
-                    break;
+                if !short[rot] {
+                    short[rot] = true;
+                    short_count += 1;
                 }
+                skipped.push(h);
                 continue;
             }
             for i in 0..self.geo.m {
@@ -219,6 +231,15 @@ impl Inner {
             mgr.window.push_front(h);
         }
         out
+    }
+
+    /// Whether HH `s` can form a hero group now: each of its parity members has a free VH (or
+    /// has failed, and gets no backup copy).
+    pub(crate) fn hh_usable(&self, mgr: &Manager, s: u64) -> bool {
+        (0..self.geo.m).all(|i| {
+            let p = self.geo.parity_member(s, i);
+            self.is_failed(p) || !mgr.vh_free[p].is_empty()
+        })
     }
 
     /// Recall (§5.2 (3)): every reactor but the asker returns part of its unused heroes; the
@@ -447,6 +468,11 @@ impl Inner {
 
     /// Flushes every live member.
     pub(crate) async fn flush_members(&self) -> DevResult<()> {
+        if self.failed_count() > self.geo.m {
+            return Err(DevError::DeviceFailed {
+                name: format!("{}: more than {} members failed", self.info.name, self.geo.m),
+            });
+        }
         let members = self.members.read().clone();
         let futs = members.iter().enumerate().filter(|(i, _)| !self.is_failed(*i)).map(|(i, d)| {
             let d = d.clone();

@@ -30,6 +30,8 @@ pub mod state {
     pub const CONVERTED: u8 = 4;
     /// A GC victim being drained.
     pub const VICTIM: u8 = 5;
+    /// Being converted: its backup copies are going away and its parity is not written yet.
+    pub const CONVERTING: u8 = 6;
 }
 
 pub struct Tables {

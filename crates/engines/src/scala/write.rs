@@ -144,6 +144,14 @@ impl Inner {
         let g = &self.geo;
         let bs = self.bs();
         let mdb = self.mdb;
+        if self.failed_count() > g.m {
+            for p in pieces {
+                self.t.inflight[p.stripe as usize].fetch_sub(1, Relaxed);
+            }
+            return Err(flashrig_blockdev::DevError::DeviceFailed {
+                name: format!("{}: more than {} members failed", self.info.name, g.m),
+            });
+        }
         // Metadata of every piece, built once and shared by its copies.
         let mds: Vec<Vec<u8>> = pieces
             .iter()
@@ -221,8 +229,34 @@ impl Inner {
     /// journal ring on every member so recovery replays it.
     pub(crate) async fn trim(self: Arc<Self>, lba: u64, blocks: u64) -> DevResult<()> {
         self.c.trims.inc();
+        if self.failed_count() > self.geo.m {
+            return Err(flashrig_blockdev::DevError::DeviceFailed {
+                name: format!("{}: more than {} members failed", self.info.name, self.geo.m),
+            });
+        }
         let ts = self.t.take_ts();
+        // Map first, so a checkpoint taken from here on covers this trim.
+        for ub in lba..lba + blocks {
+            let cur = self.t.amt[ub as usize].load(Relaxed);
+            if cur != 0 {
+                self.t.map(ub, ts, TRIMMED, |a| self.stripe_of(a));
+            }
+        }
         let pos = self.journal_pos.fetch_add(1, Relaxed);
+        // The ring must not overwrite a record no checkpoint covers yet: when it is about to,
+        // take a checkpoint first (it covers every trim mapped so far, this one included).
+        if pos + 1 >= self.journal_ckpt_pos.load(Relaxed) + self.geo.journal_blocks() {
+            let inner = self.clone();
+            flashrig_runtime::spawn_on(self.sm_reactor, move || async move {
+                let _g = inner.sm_work.lock(0).await;
+                if pos + 1 >= inner.journal_ckpt_pos.load(Relaxed) + inner.geo.journal_blocks() {
+                    inner.write_checkpoint().await
+                } else {
+                    Ok(())
+                }
+            })
+            .await?;
+        }
         let mut block = vec![0u8; self.bs()];
         TrimRecord { first: lba, count: blocks, ts }.encode(&mut block);
         let jlba = self.geo.journal_lba() + pos % self.geo.journal_blocks();
@@ -235,12 +269,6 @@ impl Inner {
         for (i, r) in join_all(ios).await {
             if let Err(e) = r {
                 self.member_error(i, e)?;
-            }
-        }
-        for ub in lba..lba + blocks {
-            let cur = self.t.amt[ub as usize].load(Relaxed);
-            if cur != 0 {
-                self.t.map(ub, ts, TRIMMED, |a| self.stripe_of(a));
             }
         }
         if (pos + 1).saturating_sub(self.journal_ckpt_pos.load(Relaxed))
