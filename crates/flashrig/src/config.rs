@@ -322,18 +322,29 @@ pub enum ScalaConversion {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ScalaStart {
+    /// Format the members (they are trimmed whole).
     #[default]
     Create,
+    /// Recover the array the members hold (after a crash or a stop).
     Recover,
+    /// Recover when the members hold an array, create when they are blank; anything else is
+    /// refused. `flashrig serve` serves `create` as `auto` unless `--format` is given.
+    Auto,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TwophaseStart {
+    /// Trim the members whole and start empty.
     #[default]
     Create,
+    /// The members are blank: start empty without trimming.
     New,
+    /// Rebuild the mapping from the members' metadata.
     Recover,
+    /// Recover what the members hold; blank members recover as an empty array. What
+    /// `flashrig serve` uses for `create` unless `--format` is given.
+    Auto,
 }
 
 fn default_kernel() -> String {

@@ -12,6 +12,7 @@ pub mod replay;
 pub mod report;
 pub mod reproduce;
 pub mod run;
+pub mod serve;
 pub mod size;
 pub mod ssdlab;
 pub mod stack;

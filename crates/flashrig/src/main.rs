@@ -107,6 +107,11 @@ enum Command {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
+    /// Serve a device stack to real clients until SIGINT or SIGTERM (the real runtime).
+    Serve {
+        #[command(subcommand)]
+        frontend: ServeCommand,
+    },
     /// Reproduce a paper's evaluation at reduced scale and write the comparison document.
     Reproduce {
         #[command(subcommand)]
@@ -150,6 +155,51 @@ struct FioArgs {
     /// The job section to run when the file has several.
     #[arg(long, requires = "fio")]
     section: Option<String>,
+}
+
+/// What every `serve` frontend takes.
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Configuration file (TOML): its device stack is served; `[workload]` is ignored.
+    config: PathBuf,
+    /// Refuse writes, trims and zeroing.
+    #[arg(long)]
+    read_only: bool,
+    /// Format arrays whose configuration says `start = "create"` (by default a server
+    /// recovers what its members hold, and formats only blank members).
+    #[arg(long)]
+    format: bool,
+    /// Print nothing but errors.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Subcommand)]
+enum ServeCommand {
+    /// An NBD server (newstyle, fixed): qemu, nbdkit's tools, fio's nbd engine connect to it.
+    Nbd {
+        #[command(flatten)]
+        common: ServeArgs,
+        /// Listen on this Unix socket ...
+        #[arg(long, conflicts_with = "tcp")]
+        socket: Option<PathBuf>,
+        /// ... or on TCP at this address (default 127.0.0.1:10809, NBD's port).
+        #[arg(long)]
+        tcp: Option<String>,
+        /// The export's name (clients asking for "" get it too).
+        #[arg(long, default_value = "flashrig")]
+        name: String,
+    },
+    /// The stack as one file in a FUSE mount (for a loop device and a kernel file system).
+    Fuse {
+        #[command(flatten)]
+        common: ServeArgs,
+        /// An existing empty directory to mount on.
+        mountpoint: PathBuf,
+        /// The file's name in the mount.
+        #[arg(long, default_value = "disk")]
+        file_name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -499,6 +549,7 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
         Command::Trace { command } => trace(command),
+        Command::Serve { frontend } => serve(frontend),
         Command::Reproduce {
             paper:
                 ReproduceCommand::Scalaafa { quick, smoke, out, plots, results, traces, jobs, quiet },
@@ -687,4 +738,49 @@ fn debug(cmd: DebugCommand) -> Result<(), Error> {
             Ok(())
         }
     }
+}
+
+fn serve(frontend: ServeCommand) -> Result<(), Error> {
+    use flashrig::serve::{serve, ServeOptions, StartFrontend};
+    let (common, start): (ServeArgs, StartFrontend) = match frontend {
+        ServeCommand::Nbd { common, socket, tcp, name } => {
+            use flashrig_serve::nbd::{Listen, NbdConfig};
+            let listen = match (socket, tcp) {
+                (Some(p), _) => Listen::Unix(p),
+                (None, t) => {
+                    let text = t.unwrap_or_else(|| "127.0.0.1:10809".into());
+                    Listen::Tcp(text.parse().map_err(|e| {
+                        Error::Input(format!("--tcp {text}: not an address:port ({e})"))
+                    })?)
+                }
+            };
+            let description = format!("flashrig {}", common.config.display());
+            let cfg = NbdConfig { listen, export_name: name, description };
+            (common, Box::new(move |ex| flashrig_serve::nbd::start(ex, cfg)))
+        }
+        ServeCommand::Fuse { common, mountpoint, file_name } => {
+            use flashrig_serve::fuse::FuseConfig;
+            if file_name.is_empty()
+                || file_name.contains('/')
+                || file_name == "."
+                || file_name == ".."
+            {
+                return Err(Error::Input(format!(
+                    "--file-name {file_name:?}: a file name, without '/'"
+                )));
+            }
+            if !mountpoint.is_dir() {
+                return Err(Error::Input(format!(
+                    "mountpoint {}: not an existing directory",
+                    mountpoint.display()
+                )));
+            }
+            let cfg = FuseConfig { mountpoint, file_name };
+            (common, Box::new(move |ex| flashrig_serve::fuse::mount(ex, cfg)))
+        }
+    };
+    let cfg = Config::load(&common.config)?;
+    let opts =
+        ServeOptions { read_only: common.read_only, format: common.format, quiet: common.quiet };
+    serve(cfg, opts, start).map(|_| ())
 }

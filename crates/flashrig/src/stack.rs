@@ -145,7 +145,9 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
             let eng = match t.start {
                 TwophaseStart::New => Twophase::new(&name, members, opts),
                 TwophaseStart::Create => Twophase::create(&name, members, opts).await,
-                TwophaseStart::Recover => Twophase::open(&name, members, opts).await,
+                TwophaseStart::Recover | TwophaseStart::Auto => {
+                    Twophase::open(&name, members, opts).await
+                }
             };
             Arc::new(eng.map_err(|e| stack_err(at, e))?)
         }
@@ -157,6 +159,7 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
             let eng = match c.start {
                 ScalaStart::Create => Scala::create(&name, members, opts).await,
                 ScalaStart::Recover => Scala::open(&name, members, opts).await,
+                ScalaStart::Auto => Scala::open_or_create(&name, members, opts).await,
             };
             Arc::new(eng.map_err(|e| stack_err(at, e))?)
         }

@@ -68,6 +68,15 @@ pub fn runtime_kind() -> Option<crate::RuntimeKind> {
     })
 }
 
+/// A handle through which threads outside the runtime send messages to its reactors (real
+/// runtime only: a simulated run has no outside world to take requests from, so `None`).
+pub fn handle() -> Option<real::Handle> {
+    with_ctx(|c| match c {
+        Ctx::Sim(_) => None,
+        Ctx::Real(r) => Some(r.handle()),
+    })
+}
+
 /// The reactor the calling task runs on.
 pub fn current_reactor() -> ReactorId {
     REACTOR.with(|c| c.get())

@@ -24,7 +24,7 @@ mod slots;
 mod stats;
 
 pub use context::{
-    charge_cpu_ns, current_reactor, in_runtime, now_ns, num_reactors, register_poller,
+    charge_cpu_ns, current_reactor, handle, in_runtime, now_ns, num_reactors, register_poller,
     runtime_kind, send, sleep_ns, sleep_until_ns, spawn, spawn_on, yield_now, PollerId,
     PollerStatus, RemoteHandle,
 };

@@ -88,6 +88,36 @@ struct Poller {
     poll: Box<dyn FnMut() -> PollerStatus>,
 }
 
+/// A handle on a running real runtime for threads that are not reactors: the frontends' network
+/// and FUSE threads use it to hand requests to reactors as messages. Obtained inside the
+/// runtime with [`crate::handle`]. Messages sent after the runtime stopped are dropped.
+#[derive(Clone)]
+pub struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Handle {
+    pub fn num_reactors(&self) -> usize {
+        self.shared.reactors.len()
+    }
+
+    /// Sends `msg` to run on `reactor`. From one thread to one reactor, messages arrive in
+    /// order.
+    pub fn send(&self, reactor: ReactorId, msg: Message) {
+        assert!(
+            reactor < self.num_reactors(),
+            "message sent to reactor {reactor}, which does not exist"
+        );
+        self.shared.reactors[reactor].inbox.push(msg);
+        self.shared.notify(reactor);
+    }
+
+    /// Whether the runtime has stopped (its main task ended).
+    pub fn stopped(&self) -> bool {
+        self.shared.stop.load(Ordering::SeqCst)
+    }
+}
+
 /// One reactor's thread-local state.
 pub(crate) struct Local {
     id: ReactorId,
@@ -136,6 +166,10 @@ impl Local {
         if reactor != self.id {
             self.shared.notify(reactor);
         }
+    }
+
+    pub(crate) fn handle(&self) -> Handle {
+        Handle { shared: self.shared.clone() }
     }
 
     pub(crate) fn register_poller(

@@ -17,7 +17,7 @@ pub const MD_BYTES: usize = 16;
 /// with a sidecar): the record then carries a checksum of the block's data.
 pub const MD_BYTES_CHECKSUM: usize = 16;
 
-const SUPER_MAGIC: &[u8; 8] = b"FRSCALA1";
+pub const SUPER_MAGIC: &[u8; 8] = b"FRSCALA1";
 const CKPT_MAGIC: &[u8; 8] = b"FRSCCKP1";
 const TRIM_MAGIC: &[u8; 8] = b"FRSCTRM1";
 

@@ -401,6 +401,34 @@ impl Scala {
         Ok(Scala { inner })
     }
 
+    /// Opens the array its members hold, or creates one when every member is blank (block 0
+    /// reads as zeros): what a server restarted over the same files wants. Members that hold
+    /// something else (another array's superblock, a file system) are refused, never formatted.
+    pub async fn open_or_create(
+        name: &str,
+        members: Vec<DevRef>,
+        opts: ScalaOptions,
+    ) -> DevResult<Scala> {
+        let mut blank = Vec::new();
+        for d in &members {
+            let mut b = vec![0u8; d.info().block_size as usize];
+            d.read(0, &mut b, None).await?;
+            blank.push(b.iter().all(|&x| x == 0));
+            if !blank.last().unwrap() && b[..8] != *format::SUPER_MAGIC {
+                return Err(invalid(format!(
+                    "member {} holds neither a scala superblock nor zeros in its first block:                      refusing to format it (start = \"create\" formats it)",
+                    d.info().name
+                )));
+            }
+        }
+        if blank.iter().all(|&b| b) {
+            Scala::create(name, members, opts).await
+        } else {
+            // Some blank members beside formatted ones: recovery names what does not match.
+            Scala::open(name, members, opts).await
+        }
+    }
+
     pub fn geometry(&self) -> &ScalaGeometry {
         &self.inner.geo
     }

@@ -1,0 +1,153 @@
+//! `flashrig serve`: a device stack served to real clients (NBD, a FUSE file) on the real
+//! runtime until SIGINT or SIGTERM.
+//!
+//! Start-up, in order: the configuration's stack is built on the real runtime's reactors (an
+//! array with `start = "auto"` recovers what its members hold, or formats blank members), an
+//! [`Export`] wraps it, the frontend starts, and one line on stderr says where clients find it.
+//! Shutdown, in order: the frontend stops taking requests, the requests in flight complete, the
+//! stack is flushed (so everything acknowledged is durable), and the frontend finishes (closes
+//! its connections, unmounts). A second signal during shutdown exits at once.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use flashrig_runtime::RuntimeKind;
+use flashrig_serve::{Export, Frontend};
+
+use crate::config::{Config, DeviceConfig, ScalaStart, TwophaseStart};
+use crate::error::Error;
+
+/// How often the server looks for a shutdown signal.
+const SIGNAL_POLL_NS: u64 = 20_000_000;
+/// How often a shutdown looks whether the requests in flight completed.
+const DRAIN_POLL_NS: u64 = 1_000_000;
+
+/// What `serve` was asked besides the configuration.
+#[derive(Clone, Debug, Default)]
+pub struct ServeOptions {
+    /// Refuse writes, trims and zeroing.
+    pub read_only: bool,
+    /// Format the stack's arrays even when their members hold one (`start = "create"` as
+    /// configured); without it, `create` is served as `auto`.
+    pub format: bool,
+    pub quiet: bool,
+}
+
+/// What the server did, for the closing line.
+#[derive(Clone, Debug, Default)]
+pub struct ServeReport {
+    pub requests: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub errors: u64,
+}
+
+/// A frontend starter: called on reactor 0 with the export, returns the running frontend.
+pub type StartFrontend = Box<dyn FnOnce(Arc<Export>) -> std::io::Result<Box<dyn Frontend>> + Send>;
+
+/// Arrays whose `start` is `create` are served as `auto`, so a restarted server finds its data
+/// instead of formatting it away; `--format` keeps `create`.
+pub fn serving_config(mut cfg: Config, opts: &ServeOptions) -> Config {
+    fn visit(d: &mut DeviceConfig, format: bool) {
+        let (members, member) = match d {
+            DeviceConfig::Scala(c) => {
+                if !format && c.start == ScalaStart::Create {
+                    c.start = ScalaStart::Auto;
+                }
+                (&mut c.members, &mut c.member)
+            }
+            DeviceConfig::Twophase(t) => {
+                if !format && t.start == TwophaseStart::Create {
+                    t.start = TwophaseStart::Auto;
+                }
+                (&mut t.members, &mut t.member)
+            }
+            DeviceConfig::Stripe(s) => (&mut s.members, &mut s.member),
+            DeviceConfig::Concat(c) => (&mut c.members, &mut c.member),
+            DeviceConfig::Raid(r) => (&mut r.members, &mut r.member),
+            DeviceConfig::Ram(_) | DeviceConfig::File(_) | DeviceConfig::Ssd(_) => return,
+        };
+        for m in members.iter_mut() {
+            visit(m, format);
+        }
+        if let Some(m) = member {
+            visit(m, format);
+        }
+    }
+    visit(&mut cfg.device, opts.format);
+    cfg.runtime = RuntimeKind::Real;
+    cfg
+}
+
+/// Serves the stack of `cfg` through the frontend `start` makes, until a signal.
+pub fn serve(cfg: Config, opts: ServeOptions, start: StartFrontend) -> Result<ServeReport, Error> {
+    if cfg.runtime != RuntimeKind::Real && !opts.quiet {
+        eprintln!(
+            "note: serving runs on the real runtime (the configuration says runtime = \"sim\", \
+             which has no clock for outside clients)"
+        );
+    }
+    let cfg = serving_config(cfg, &opts);
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal while shutting down exits at once (status 130/143 as a shell
+        // reports a killed process), in case a flush hangs.
+        signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, stop.clone())
+            .map_err(|e| Error::Io(format!("cannot install the signal handler: {e}")))?;
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| Error::Io(format!("cannot install the signal handler: {e}")))?;
+    }
+    let describe = crate::run::describe_device(&cfg.device);
+    let reactors = cfg.reactors;
+    let device = cfg.device.clone();
+    let (res, _stats) = flashrig_runtime::run(RuntimeKind::Real, reactors, move || async move {
+        let dev = crate::stack::build(&device).await?;
+        let handle = flashrig_runtime::handle().expect("serve runs on the real runtime");
+        let export = Export::new(&dev.info().name.clone(), dev, handle, opts.read_only);
+        let mut frontend = start(export.clone())
+            .map_err(|e| Error::Input(format!("cannot start serving: {e}")))?;
+        if !opts.quiet {
+            eprintln!(
+                "serving {describe} ({} bytes) at {} on {reactors} reactor(s); SIGINT or SIGTERM \
+                 stops after a flush",
+                export.size_bytes(),
+                frontend.describe()
+            );
+        }
+        while !stop.load(Ordering::SeqCst) && !frontend.finished() {
+            flashrig_runtime::sleep_ns(SIGNAL_POLL_NS).await;
+        }
+        frontend.stop();
+        export.close();
+        while export.in_flight() > 0 {
+            flashrig_runtime::sleep_ns(DRAIN_POLL_NS).await;
+        }
+        let flushed = export.device().flush().await;
+        frontend.finish();
+        let c = &export.counters;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let report = ServeReport {
+            requests: get(&c.reads)
+                + get(&c.writes)
+                + get(&c.flushes)
+                + get(&c.trims)
+                + get(&c.write_zeroes),
+            read_bytes: get(&c.read_bytes),
+            write_bytes: get(&c.write_bytes),
+            errors: get(&c.errors),
+        };
+        flushed.map_err(|e| Error::Run(format!("the final flush failed: {e}")))?;
+        Ok::<_, Error>(report)
+    });
+    let report = res?;
+    if !opts.quiet {
+        eprintln!(
+            "stopped after {} requests ({} read, {} written, {} failed); the stack was flushed",
+            report.requests,
+            crate::run::human_bytes(report.read_bytes as f64),
+            crate::run::human_bytes(report.write_bytes as f64),
+            report.errors
+        );
+    }
+    Ok(report)
+}
