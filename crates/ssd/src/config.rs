@@ -279,6 +279,11 @@ pub struct SsdConfig {
     pub name: Option<String>,
     pub payload: PayloadMode,
     pub timing: Timing,
+    /// A NAND image file that keeps the media across runs (`media::image`): created when
+    /// missing, loaded and recovered from (as after a power loss) when present. Without it the
+    /// media lives in memory only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backing: Option<std::path::PathBuf>,
     pub geometry: Geometry,
     pub nand: Nand,
     pub firmware: Firmware,
@@ -294,6 +299,7 @@ impl Default for SsdConfig {
             name: None,
             payload: PayloadMode::Full,
             timing: Timing::Paced,
+            backing: None,
             geometry: Geometry::default(),
             nand: Nand::default(),
             firmware: Firmware::default(),
@@ -378,6 +384,10 @@ impl SsdConfig {
             if v == 0 {
                 return Err(format!("{key} must be at least 1"));
             }
+        }
+        if self.backing.is_some() && self.payload == PayloadMode::None {
+            return Err("backing: a NAND image keeps the payload, and payload = \"none\" has none                         (use \"full\" or \"tag\")"
+                .into());
         }
         if g.planes() > 1 << 16 {
             return Err(format!("geometry: {} planes is more than 65536", g.planes()));

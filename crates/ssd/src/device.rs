@@ -68,6 +68,11 @@ impl Ssd {
         })
     }
 
+    /// What start-up from the `backing` image file did (`None` without one).
+    pub fn start_report(&self) -> Option<RecoveryReport> {
+        self.state.lock().ctl.start_report.clone().map(|steps| RecoveryReport { steps })
+    }
+
     pub fn config(&self) -> &SsdConfig {
         &self.cfg
     }
@@ -114,6 +119,10 @@ impl Ssd {
         }
         let t = now_ns();
         let done = f(&mut st.ctl, t)?;
+        // A device whose image file cannot be written has lost its media: fail like one.
+        if let Some(e) = st.ctl.ftl.image_error() {
+            return Err(DevError::Io { path: self.info.name.clone(), message: e });
+        }
         Ok((done, self.epoch.load(Ordering::SeqCst)))
     }
 

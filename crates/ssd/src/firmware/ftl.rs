@@ -16,6 +16,7 @@ use rustc_hash::FxHashMap;
 use super::gc::VictimPolicy;
 use super::slc::Evictor;
 use crate::config::SsdConfig;
+use crate::media::image::{LineEntry, NandImage};
 use crate::media::store::{IuImage, LineStore, Shape, FLAG_TRANSIENT};
 use crate::media::{Layout, NandTimer};
 
@@ -73,6 +74,25 @@ pub trait Ftl: Send {
     fn timer(&self) -> &NandTimer;
     /// Erase count of every physical block.
     fn block_erase_counts(&self) -> Vec<u32>;
+    /// Keeps the media in a NAND image file from now on, first loading what the file holds
+    /// and recovering from it as after a power loss (`media::image`). Returns the steps.
+    fn attach_image(&mut self, path: &std::path::Path) -> Result<Vec<RecoveryStep>, String> {
+        Err(format!("{}: this FTL cannot keep a NAND image file", path.display()))
+    }
+    /// The image file's first write error, if any (the device fails from then on).
+    fn image_error(&self) -> Option<String> {
+        None
+    }
+    /// Makes the image file durable (a flush of a device with a backing file).
+    fn sync_image(&mut self) {}
+}
+
+/// The NAND image file of a device with a `backing` file, and each line's generation: bumped
+/// when the line is opened and when it is erased, so the file's slot records of a line's
+/// earlier lives never count (`media::image`).
+pub struct Persist {
+    pub img: NandImage,
+    pub gens: Vec<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,6 +155,8 @@ pub struct PageMap {
     pub(super) reloc_slots: Vec<u32>,
     pub(super) reloc_ius: Vec<IuWrite>,
     pub(super) counters: FtlCounters,
+    /// The NAND image file, when the device has one.
+    pub(super) persist: Option<Persist>,
 }
 
 impl PageMap {
@@ -171,6 +193,7 @@ impl PageMap {
             reloc_slots: Vec::new(),
             reloc_ius: Vec::new(),
             counters: FtlCounters::default(),
+            persist: None,
             layout,
             shape,
         }
@@ -186,6 +209,15 @@ impl PageMap {
         let c = self.l2p[lpn as usize / L2P_CHUNK]
             .get_or_insert_with(|| vec![UNMAPPED; L2P_CHUNK].into_boxed_slice());
         c[lpn as usize % L2P_CHUNK] = ppa;
+    }
+
+    /// Maps `lpn` to `ppa` and returns where it was mapped before.
+    #[inline]
+    fn l2p_replace(&mut self, lpn: u32, ppa: u32) -> Option<u32> {
+        let c = self.l2p[lpn as usize / L2P_CHUNK]
+            .get_or_insert_with(|| vec![UNMAPPED; L2P_CHUNK].into_boxed_slice());
+        let old = std::mem::replace(&mut c[lpn as usize % L2P_CHUNK], ppa);
+        (old != UNMAPPED).then_some(old)
     }
 
     pub(super) fn l2p_clear_all(&mut self) {
@@ -263,6 +295,12 @@ impl PageMap {
         line.valid = 0;
         line.transient = 0;
         line.store = Some(Box::new(LineStore::new(self.shape, slots)));
+        let erase_count = line.erase_count;
+        if let Some(p) = self.persist.as_mut() {
+            p.gens[l as usize] += 1;
+            let generation = p.gens[l as usize];
+            p.img.write_line(l, LineEntry { generation, erase_count, closed_seq: 0 });
+        }
         self.open[stream as usize] = Some(l);
         Ok(l)
     }
@@ -272,6 +310,11 @@ impl PageMap {
         let line = &mut self.lines[l as usize];
         line.state = LineState::Closed;
         line.closed_seq = self.seq;
+        let (erase_count, closed_seq) = (line.erase_count, line.closed_seq);
+        if let Some(p) = self.persist.as_mut() {
+            let generation = p.gens[l as usize];
+            p.img.write_line(l, LineEntry { generation, erase_count, closed_seq });
+        }
     }
 
     /// Programs units into `stream`, a page (or a unit spanning pages) at a time, padding a
@@ -303,27 +346,31 @@ impl PageMap {
                 let ppa = self.layout.ppa(l, slot);
                 match it.next() {
                     Some(w) => {
-                        let relocating = stream == Stream::Relocate;
-                        if !relocating {
-                            self.unmap(w.lpn);
+                        // One L2P access maps the unit here and yields its old place, which
+                        // goes stale (a host write supersedes it; a relocated unit leaves it).
+                        if let Some(old) = self.l2p_replace(w.lpn, ppa) {
+                            self.invalidate(old);
+                        }
+                        if stream != Stream::Relocate {
                             if !self.trims.is_empty()
                                 && self.trims.get(&w.lpn).is_some_and(|&ts| ts < w.seq)
                             {
                                 self.trims.remove(&w.lpn);
                             }
                             self.counters.host_slots += 1;
-                        } else if let Some(old) = self.l2p_get(w.lpn) {
-                            self.invalidate(old);
                         }
                         let line = &mut self.lines[l as usize];
                         let st = line.store.as_mut().expect("open line has a store");
                         st.put(slot, w.lpn, w.seq, w.flags, &w.img);
                         st.set_valid(slot);
+                        if let Some(p) = self.persist.as_mut() {
+                            let g = p.gens[l as usize];
+                            p.img.write_slot(l, slot, g, w.lpn, w.seq, w.flags, w.img.as_bytes());
+                        }
                         line.valid += 1;
                         if w.flags & FLAG_TRANSIENT != 0 {
                             line.transient += 1;
                         }
-                        self.l2p_set(w.lpn, ppa);
                     }
                     None => self.counters.pad_slots += 1,
                 }
@@ -388,6 +435,12 @@ impl PageMap {
         l.valid = 0;
         l.transient = 0;
         l.erase_count += 1;
+        let erase_count = l.erase_count;
+        if let Some(p) = self.persist.as_mut() {
+            p.gens[line as usize] += 1;
+            let generation = p.gens[line as usize];
+            p.img.write_line(line, LineEntry { generation, erase_count, closed_seq: 0 });
+        }
         if slc {
             self.free_slc.push_back(line);
         } else {
@@ -442,6 +495,9 @@ impl Ftl for PageMap {
     fn trim(&mut self, lpn: u32, seq: u64) {
         self.unmap(lpn);
         self.trims.insert(lpn, seq);
+        if let Some(p) = self.persist.as_mut() {
+            p.img.write_trim(lpn, seq);
+        }
     }
 
     fn background(&mut self, t_ns: u64) -> DevResult<()> {
@@ -465,6 +521,20 @@ impl Ftl for PageMap {
 
     fn timer(&self) -> &NandTimer {
         &self.timer
+    }
+
+    fn attach_image(&mut self, path: &std::path::Path) -> Result<Vec<RecoveryStep>, String> {
+        super::recover::load_image(self, path)
+    }
+
+    fn image_error(&self) -> Option<String> {
+        self.persist.as_ref().and_then(|p| p.img.error().map(str::to_string))
+    }
+
+    fn sync_image(&mut self) {
+        if let Some(p) = self.persist.as_mut() {
+            p.img.sync();
+        }
     }
 
     fn block_erase_counts(&self) -> Vec<u32> {

@@ -108,6 +108,8 @@ pub struct Controller {
     pub counters: HostCounters,
     /// The parity engine of the conversion command, and its counters.
     pub engine: convert::Engine,
+    /// What start-up from a NAND image file did (devices with a `backing` file).
+    pub start_report: Option<Vec<RecoveryStep>>,
 }
 
 impl Controller {
@@ -126,6 +128,11 @@ impl Controller {
         let buffer: Box<dyn WriteBuffer> = match f.buffer_policy {
             BufferPolicy::Lru => Box::new(Lru::new(buffer_cap)),
         };
+        let mut ftl: Box<dyn Ftl> = Box::new(PageMap::new(cfg, layout.clone(), shape));
+        let start_report = match &cfg.backing {
+            Some(path) => Some(ftl.attach_image(path)?),
+            None => None,
+        };
         Ok(Controller {
             hostif: HostIf::new(f.queue_depth, f.host_mb_per_s, f.command_ns),
             buffer,
@@ -133,10 +140,14 @@ impl Controller {
             flush_at,
             draining: Times::default(),
             last_program_done_ns: 0,
-            plp: f.plp,
+            // A device kept in an image file belongs to a process that can be killed, and a
+            // killed process has no capacitors to write its buffer back: flushes and FUA
+            // writes then really write, whatever the preset's power-loss protection.
+            plp: f.plp && cfg.backing.is_none(),
             group: Vec::new(),
             ius: Vec::new(),
-            ftl: Box::new(PageMap::new(cfg, layout.clone(), shape)),
+            ftl,
+            start_report,
             counters: HostCounters::default(),
             engine: convert::Engine::new(f.convert_engine_ns_per_kib),
             layout,
@@ -416,6 +427,7 @@ impl Controller {
             }
             done = done.max(self.last_program_done_ns);
         }
+        self.ftl.sync_image();
         self.counters.flushes += 1;
         self.hostif.complete(done);
         Ok(done)

@@ -70,6 +70,8 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
             trimmed += 1;
         }
     }
+    // Trims older than a unit's newest copy are superseded (the write path drops them too).
+    ftl.trims.retain(|lpn, tseq| !best.get(lpn).is_some_and(|&(seq, _)| seq > *tseq));
     log.push(RecoveryStep {
         name: STEPS[1],
         detail: format!("{} trim records, {trimmed} units unmapped", ftl.trims.len()),
@@ -129,4 +131,82 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
     ftl.timer.reset_timelines(t_ns);
     log.push(RecoveryStep { name: STEPS[4], detail: format!("next sequence number {}", ftl.seq) });
     log
+}
+
+/// Start-up from a NAND image file (`media::image`): loads every line's slots of its current
+/// generation, its erase count and closing sequence number, and the trim records, as the
+/// media would hold them after a power cut; then runs the power-loss recovery above on them,
+/// and from then on writes the media through to the file. The first step, `load_image`, is
+/// logged before the five recovery steps.
+pub(super) fn load_image(
+    ftl: &mut PageMap,
+    path: &std::path::Path,
+) -> Result<Vec<RecoveryStep>, String> {
+    use crate::media::image::NandImage;
+    use crate::media::store::{IuImage, LineStore};
+
+    let (img, loaded) = NandImage::open(path, &ftl.layout, &ftl.shape)?;
+    let per = ftl.layout.slots_per_page;
+    let mut gens = vec![0u32; ftl.lines.len()];
+    let (mut lines_with_data, mut slots) = (0u64, 0u64);
+    for (l, e) in loaded.lines.iter().enumerate() {
+        gens[l] = e.generation;
+        let line = &mut ftl.lines[l];
+        line.erase_count = e.erase_count;
+        if e.generation == 0 {
+            continue;
+        }
+        let records = img.read_line(l as u32, e.generation)?;
+        if records.is_empty() {
+            continue;
+        }
+        let capacity = ftl.layout.slots_per_line(line.slc);
+        let mut st = LineStore::new(ftl.shape, capacity);
+        let mut wp = 0;
+        for (s, r) in records {
+            if s >= capacity {
+                return Err(format!(
+                    "ssd image {}: line {l} has a record in slot {s}, past its {capacity} slots",
+                    path.display()
+                ));
+            }
+            st.put(s, r.lpn, r.seq, r.flags, &IuImage::from_bytes(r.image));
+            wp = wp.max(s + 1);
+            slots += 1;
+        }
+        // Programs fill whole pages (padding included), so the write pointer is past the
+        // last page that holds a record.
+        line.wp = wp.next_multiple_of(per).min(capacity);
+        line.store = Some(Box::new(st));
+        line.closed_seq = e.closed_seq;
+        line.state = if e.closed_seq > 0 { LineState::Closed } else { LineState::Open };
+        lines_with_data += 1;
+    }
+    let trim_records = loaded.trims.len();
+    for (lpn, seq) in loaded.trims {
+        let t = ftl.trims.entry(lpn).or_insert(seq);
+        *t = (*t).max(seq);
+    }
+    let created = loaded.created;
+    ftl.persist = Some(super::ftl::Persist { img, gens });
+    let mut steps = vec![RecoveryStep {
+        name: "load_image",
+        detail: if created {
+            format!("{}: created", path.display())
+        } else {
+            format!(
+                "{}: {slots} programmed slots in {lines_with_data} lines, {trim_records} trim \
+                 records",
+                path.display()
+            )
+        },
+    }];
+    power_loss(ftl);
+    steps.extend(recover(ftl, 0));
+    // Trim records a later write superseded are gone from the table now: keep the rest.
+    let live: Vec<(u32, u64)> = ftl.trims.iter().map(|(&l, &s)| (l, s)).collect();
+    if let Some(p) = ftl.persist.as_mut() {
+        p.img.compact_trims(live.into_iter())?;
+    }
+    Ok(steps)
 }

@@ -1,6 +1,7 @@
 //! NAND media: where a mapping unit lives ([`layout`]), how long operations take on the
 //! channels and planes ([`timing`]), and what the pages hold ([`store`]).
 
+pub mod image;
 pub mod layout;
 pub mod store;
 pub mod timing;

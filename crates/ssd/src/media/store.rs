@@ -51,7 +51,8 @@ pub struct IuImage {
 }
 
 impl Shape {
-    fn image_len(&self) -> usize {
+    /// Bytes of one unit's image (what a slot stores beside its OOB).
+    pub fn image_len(&self) -> usize {
         self.data_len() + 8 * self.tags_len() + self.md_len()
     }
     fn md_offset(&self) -> usize {
@@ -62,6 +63,15 @@ impl Shape {
 impl IuImage {
     pub fn zeroed(s: &Shape) -> IuImage {
         IuImage { bytes: vec![0; s.image_len()] }
+    }
+
+    /// An image from bytes read back from a NAND image file (`Shape::image_len` of them).
+    pub fn from_bytes(bytes: Vec<u8>) -> IuImage {
+        IuImage { bytes }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
     }
 
     fn tag(&self, s: &Shape, i: usize) -> u64 {
