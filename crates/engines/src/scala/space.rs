@@ -129,8 +129,26 @@ impl Inner {
         let r = current_reactor();
         self.c.grant_requests.inc();
         self.c.manager_messages.inc();
+        // A reactor asks when no HH it holds has a VH on each of its parity members (recalls
+        // take HHs and VHs back by shares, so what is left need not pair up). What it holds
+        // is of no use to it, so it goes back with the request and the manager grants fresh
+        // pairs; otherwise VHs stranded with the wrong HHs could leave every reactor stuck.
+        let leftovers = {
+            let mut st = self.reactors[r].lock();
+            let mut h = Heroes::default();
+            h.hh.extend(st.hh.drain(..));
+            for (mem, list) in st.vh.iter_mut().enumerate() {
+                h.vh.extend(list.drain(..).map(|v| (mem, v)));
+            }
+            h
+        };
         let inner = self.clone();
-        let got = spawn_on(self.sm_reactor, move || async move { inner.grant(r).await }).await?;
+        let got = spawn_on(self.sm_reactor, move || async move {
+            inner.c.returned_hh.add(leftovers.hh.len() as u64);
+            inner.take_back(leftovers);
+            inner.grant(r).await
+        })
+        .await?;
         self.c.manager_messages.inc();
         let mut st = self.reactors[r].lock();
         st.hh.extend(got.hh.iter().copied());
@@ -395,9 +413,14 @@ impl Inner {
             let low =
                 (self.vh_free_total() as f64) < self.opts.vh_low_fraction * self.vh_total() as f64;
             if low || now_ns() >= idle_at {
-                // One stripe per turn of the work lock, so grants are not held up behind a
-                // whole batch of conversions.
-                self.collect_full().await;
+                // Collected under the work lock: while the full lists are on their way here
+                // by message, a grant holding the lock must not find them in neither place
+                // (it would conclude that nothing can be converted). Then one stripe per turn
+                // of the work lock, so grants are not held up behind a whole batch.
+                {
+                    let _g = self.sm_work.lock(0).await;
+                    self.collect_full().await;
+                }
                 loop {
                     let _g = self.sm_work.lock(0).await;
                     let Some(s) = self.mgr.lock().to_convert.pop_front() else { break };
