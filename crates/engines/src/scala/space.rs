@@ -162,9 +162,11 @@ impl Inner {
     async fn grant(self: Arc<Self>, r: usize) -> DevResult<Heroes> {
         let _g = self.sm_work.lock(0).await;
         self.mgr.lock().requests[r] += 1;
-        // Up to three rounds: take what is free; else checkpoint (pending HHs become free)
-        // and convert (VHs come back); else GC and recall.
-        for round in 0..4 {
+        // Take what is free; else, in order of cost: convert the full groups (their VHs come
+        // back) and refresh a window of unusable HHs; recall unused heroes from the other
+        // reactors (§5.2 (3): VHs parked there help at once, and GC could not free them);
+        // GC and a checkpoint (recycled HHs become grantable), and recall once more.
+        for round in 0..5 {
             let got = self.take_grant();
             if !got.hh.is_empty() {
                 self.c.granted_hh.add(got.hh.len() as u64);
@@ -184,13 +186,13 @@ impl Inner {
                         self.write_checkpoint().await?;
                     }
                 }
-                1 => {
-                    self.gc().await?;
-                    self.write_checkpoint().await?;
-                }
-                2 => {
+                1 | 3 => {
                     self.recall(r).await;
                     self.convert_full().await?;
+                }
+                2 => {
+                    self.gc().await?;
+                    self.write_checkpoint().await?;
                 }
                 _ => {}
             }
