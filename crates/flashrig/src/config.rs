@@ -67,6 +67,7 @@ pub enum DeviceConfig {
     Raid(RaidConfig),
     Twophase(TwophaseConfig),
     Scala(ScalaConfig),
+    Nbd(NbdDeviceConfig),
 }
 
 /// An emulated SSD: a named `preset` and any keys that override it (see
@@ -139,6 +140,30 @@ impl Default for FileConfig {
             latency_ns: 0,
             io: IoEngine::Auto,
         }
+    }
+}
+
+/// `nbd`: a remote NBD export (qemu-nbd, nbdkit, another `flashrig serve nbd`) as a device,
+/// so a stack's members can live elsewhere (docs/nbd-device.md). Real runtime only; the
+/// server is connected to when the stack is built.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NbdDeviceConfig {
+    pub name: Option<String>,
+    /// `nbd://host[:port]/export` (port 10809 by default) or
+    /// `nbd+unix:///export?socket=/path`. In a member template `{i}` is replaced by the
+    /// member's index.
+    pub uri: String,
+    /// Logical block size; the export's size must be a multiple of it.
+    pub block_size: u32,
+    /// Connections to the server; more than one needs a server that advertises
+    /// `NBD_FLAG_CAN_MULTI_CONN`.
+    pub connections: usize,
+}
+
+impl Default for NbdDeviceConfig {
+    fn default() -> Self {
+        Self { name: None, uri: String::new(), block_size: 4096, connections: 1 }
     }
 }
 
@@ -641,6 +666,25 @@ fn validate_device(d: &DeviceConfig, at: &str) -> Result<(), String> {
             }
         }
         DeviceConfig::Ssd(spec) => spec.0.validate().map_err(|e| format!("{at}: {e}"))?,
+        DeviceConfig::Nbd(n) => {
+            block(n.block_size, at)?;
+            if n.uri.is_empty() {
+                return Err(format!(
+                    "{at}.uri: an nbd device needs a uri (nbd://host[:port]/export or \
+                     nbd+unix:///export?socket=/path)"
+                ));
+            }
+            // A member template's `{i}` becomes a number when the stack is built.
+            flashrig_devices::NbdUri::parse(&n.uri.replace("{i}", "0"))
+                .map_err(|e| format!("{at}.uri = \"{}\": {e}", n.uri))?;
+            if n.connections == 0 || n.connections > flashrig_devices::nbd::MAX_CONNECTIONS {
+                return Err(format!(
+                    "{at}.connections = {}: must be between 1 and {}",
+                    n.connections,
+                    flashrig_devices::nbd::MAX_CONNECTIONS
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -663,7 +707,10 @@ fn check_reactor_choices(d: &DeviceConfig, at: &str, reactors: usize) -> Result<
         DeviceConfig::Concat(c) => (&c.members, &c.member),
         DeviceConfig::Raid(r) => (&r.members, &r.member),
         DeviceConfig::Twophase(t) => (&t.members, &t.member),
-        DeviceConfig::Ram(_) | DeviceConfig::File(_) | DeviceConfig::Ssd(_) => return Ok(()),
+        DeviceConfig::Ram(_)
+        | DeviceConfig::File(_)
+        | DeviceConfig::Ssd(_)
+        | DeviceConfig::Nbd(_) => return Ok(()),
     };
     for (i, m) in members.iter().enumerate() {
         check_reactor_choices(m, &format!("{at}.members[{i}]"), reactors)?;
@@ -767,5 +814,47 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("floppy"), "{e}");
+    }
+
+    #[test]
+    fn nbd_devices_read_back_and_bad_ones_are_named() {
+        let text = "runtime = \"real\"\n[device]\ntype = \"raid\"\nk = 2\nm = 1\nmembers = [\
+                    { type = \"nbd\", uri = \"nbd://10.0.0.1/a\" },\
+                    { type = \"nbd\", uri = \"nbd://[::1]:10810/\", connections = 2 },\
+                    { type = \"nbd\", uri = \"nbd+unix:///?socket=/run/m2.sock\", name = \"m2\" }]";
+        let c = Config::from_toml(text, Path::new("a.toml")).unwrap();
+        let DeviceConfig::Raid(r) = &c.device else { panic!("{:?}", c.device) };
+        assert_eq!(
+            r.members[1],
+            DeviceConfig::Nbd(NbdDeviceConfig {
+                uri: "nbd://[::1]:10810/".into(),
+                connections: 2,
+                ..NbdDeviceConfig::default()
+            })
+        );
+        let again = Config::from_toml(&c.to_toml(), Path::new("x")).unwrap();
+        assert_eq!(c, again);
+        assert!(c.to_toml().contains("block_size = 4096"), "{}", c.to_toml());
+        let bad = |member: &str| {
+            let text = format!(
+                "[device]\ntype = \"stripe\"\nmembers = [{{ type = \"ram\" }}, {{ type = \"ram\" }}, \
+                 {member}]"
+            );
+            Config::from_toml(&text, Path::new("a.toml")).unwrap_err().to_string()
+        };
+        let e = bad("{ type = \"nbd\", uri = \"nbd://h:99999/\" }");
+        assert!(e.contains("device.members[2].uri") && e.contains("99999"), "{e}");
+        let e = bad("{ type = \"nbd\" }");
+        assert!(e.contains("device.members[2].uri") && e.contains("needs a uri"), "{e}");
+        let e = bad("{ type = \"nbd\", uri = \"nbd://h/\", connections = 0 }");
+        assert!(e.contains("device.members[2].connections = 0"), "{e}");
+        let e = bad("{ type = \"nbd\", uri = \"nbd://h/\", block_size = 1000 }");
+        assert!(e.contains("device.members[2].block_size = 1000"), "{e}");
+        let e = bad("{ type = \"nbd\", url = \"nbd://h/\" }");
+        assert!(e.contains("url"), "{e}");
+        // A template's {i} is a placeholder, not a port.
+        let text = "[device]\ntype = \"stripe\"\nwidth = 2\n\
+                    member = { type = \"nbd\", uri = \"nbd://127.0.0.1:1080{i}/\" }";
+        Config::from_toml(text, Path::new("a.toml")).unwrap();
     }
 }

@@ -769,11 +769,26 @@ fn serve(frontend: ServeCommand) -> Result<(), Error> {
                     "--file-name {file_name:?}: a file name, without '/'"
                 )));
             }
-            if !mountpoint.is_dir() {
-                return Err(Error::Input(format!(
-                    "mountpoint {}: not an existing directory",
-                    mountpoint.display()
-                )));
+            match std::fs::metadata(&mountpoint) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(Error::Input(format!(
+                        "mountpoint {}: not a directory",
+                        mountpoint.display()
+                    )))
+                }
+                // A FUSE mount whose server died answers ENOTCONN until it is unmounted.
+                Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+                    return Err(Error::Input(format!(
+                        "mountpoint {}: a dead FUSE mount (its server was killed?): unmount it \
+                         first with `umount -l {}`",
+                        mountpoint.display(),
+                        mountpoint.display()
+                    )))
+                }
+                Err(e) => {
+                    return Err(Error::Input(format!("mountpoint {}: {e}", mountpoint.display())))
+                }
             }
             let cfg = FuseConfig { mountpoint, file_name };
             (common, Box::new(move |ex| flashrig_serve::fuse::mount(ex, cfg)))

@@ -412,6 +412,7 @@ pub fn describe_device(d: &DeviceConfig) -> String {
             Some(p) => format!("ssd({p})"),
             None => "ssd".to_string(),
         },
+        DeviceConfig::Nbd(n) => format!("nbd({})", n.uri),
     }
 }
 

@@ -65,7 +65,10 @@ pub fn serving_config(mut cfg: Config, opts: &ServeOptions) -> Config {
             DeviceConfig::Stripe(s) => (&mut s.members, &mut s.member),
             DeviceConfig::Concat(c) => (&mut c.members, &mut c.member),
             DeviceConfig::Raid(r) => (&mut r.members, &mut r.member),
-            DeviceConfig::Ram(_) | DeviceConfig::File(_) | DeviceConfig::Ssd(_) => return,
+            DeviceConfig::Ram(_)
+            | DeviceConfig::File(_)
+            | DeviceConfig::Ssd(_)
+            | DeviceConfig::Nbd(_) => return,
         };
         for m in members.iter_mut() {
             visit(m, format);

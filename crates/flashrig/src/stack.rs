@@ -4,8 +4,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use flashrig_blockdev::{DevError, DevRef};
-use flashrig_devices::{FileDevice, FileOptions, RamDevice};
+use flashrig_blockdev::DevRef;
+use flashrig_devices::{FileDevice, FileOptions, NbdDevice, NbdOptions, NbdUri, RamDevice};
 use flashrig_engines::raid::WriteMode;
 use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions};
 use flashrig_engines::{Concat, Raid, RaidOptions, Stripe, Twophase, TwophaseOptions};
@@ -39,6 +39,7 @@ fn default_name(cfg: &DeviceConfig, index: Option<usize>) -> String {
         DeviceConfig::Raid(_) => "raid",
         DeviceConfig::Twophase(_) => "twophase",
         DeviceConfig::Scala(_) => "scala",
+        DeviceConfig::Nbd(_) => "nbd",
     };
     match index {
         Some(i) => format!("{kind}{i}"),
@@ -46,7 +47,7 @@ fn default_name(cfg: &DeviceConfig, index: Option<usize>) -> String {
     }
 }
 
-fn stack_err(at: &str, e: DevError) -> Error {
+fn stack_err(at: &str, e: impl std::fmt::Display) -> Error {
     Error::Stack(format!("{at}: {e}"))
 }
 
@@ -167,6 +168,15 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
             let name = spec.0.name.clone().unwrap_or_else(|| default.to_string());
             Arc::new(Ssd::new(&name, &spec.0).map_err(|e| Error::Stack(format!("{at}: {e}")))?)
         }
+        DeviceConfig::Nbd(n) => {
+            let name = n.name.clone().unwrap_or_else(|| default.to_string());
+            let uri = NbdUri::parse(&n.uri)
+                .map_err(|e| Error::Stack(format!("{at}.uri = \"{}\": {e}", n.uri)))?;
+            let opts = NbdOptions { uri, block_size: n.block_size, connections: n.connections };
+            // The server is reached now: an unreachable member is a stack error that names
+            // the member and the URI, before any workload starts.
+            Arc::new(NbdDevice::open(&name, opts).await.map_err(|e| stack_err(at, e))?)
+        }
     })
 }
 
@@ -240,12 +250,26 @@ async fn build_members(
 ) -> Result<Vec<DevRef>, Error> {
     let list: Vec<DeviceConfig> = match (member, width) {
         (Some(template), Some(w)) => {
-            if let DeviceConfig::File(f) = template.as_ref() {
-                if w > 1 && !f.path.to_string_lossy().contains("{i}") {
+            let shared_path = match template.as_ref() {
+                DeviceConfig::File(f) => Some(("path", &f.path)),
+                DeviceConfig::Ssd(s) => s.0.backing.as_ref().map(|p| ("backing", p)),
+                _ => None,
+            };
+            if let Some((key, path)) = shared_path {
+                if w > 1 && !path.to_string_lossy().contains("{i}") {
                     return Err(Error::Stack(format!(
-                        "{at}.member.path = {}: with width {w} the path needs {{i}} so each \
+                        "{at}.member.{key} = {}: with width {w} the path needs {{i}} so each \
                          member gets its own file",
-                        f.path.display()
+                        path.display()
+                    )));
+                }
+            }
+            if let DeviceConfig::Nbd(n) = template.as_ref() {
+                if w > 1 && !n.uri.contains("{i}") {
+                    return Err(Error::Stack(format!(
+                        "{at}.member.uri = \"{}\": with width {w} the URI needs {{i}} so each \
+                         member gets its own export (as in nbd://host:1080{{i}}/)",
+                        n.uri
                     )));
                 }
             }
@@ -260,12 +284,19 @@ async fn build_members(
     Ok(built)
 }
 
-/// A member template with `{i}` in file paths replaced by the member's index.
+/// A member template with `{i}` in file paths and NBD URIs replaced by the member's index.
 fn instantiate(template: &DeviceConfig, i: usize) -> DeviceConfig {
     let mut m = template.clone();
-    if let DeviceConfig::File(f) = &mut m {
-        let p = f.path.to_string_lossy().replace("{i}", &i.to_string());
-        f.path = p.into();
+    let path = match &mut m {
+        DeviceConfig::File(f) => Some(&mut f.path),
+        DeviceConfig::Ssd(s) => s.0.backing.as_mut(),
+        _ => None,
+    };
+    if let Some(path) = path {
+        *path = path.to_string_lossy().replace("{i}", &i.to_string()).into();
+    }
+    if let DeviceConfig::Nbd(n) = &mut m {
+        n.uri = n.uri.replace("{i}", &i.to_string());
     }
     m
 }

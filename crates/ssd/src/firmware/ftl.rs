@@ -16,7 +16,7 @@ use rustc_hash::FxHashMap;
 use super::gc::VictimPolicy;
 use super::slc::Evictor;
 use crate::config::SsdConfig;
-use crate::media::image::{LineEntry, NandImage};
+use crate::media::image::{LineEntry, NandImage, SlotHeader};
 use crate::media::store::{IuImage, LineStore, Shape, FLAG_TRANSIENT};
 use crate::media::{Layout, NandTimer};
 
@@ -364,8 +364,13 @@ impl PageMap {
                         st.put(slot, w.lpn, w.seq, w.flags, &w.img);
                         st.set_valid(slot);
                         if let Some(p) = self.persist.as_mut() {
-                            let g = p.gens[l as usize];
-                            p.img.write_slot(l, slot, g, w.lpn, w.seq, w.flags, w.img.as_bytes());
+                            let h = SlotHeader {
+                                lpn: w.lpn,
+                                generation: p.gens[l as usize],
+                                seq: w.seq,
+                                flags: w.flags,
+                            };
+                            p.img.write_slot(l, slot, h, w.img.as_bytes());
                         }
                         line.valid += 1;
                         if w.flags & FLAG_TRANSIENT != 0 {

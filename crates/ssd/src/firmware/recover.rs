@@ -71,7 +71,7 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
         }
     }
     // Trims older than a unit's newest copy are superseded (the write path drops them too).
-    ftl.trims.retain(|lpn, tseq| !best.get(lpn).is_some_and(|&(seq, _)| seq > *tseq));
+    ftl.trims.retain(|lpn, tseq| best.get(lpn).is_none_or(|&(seq, _)| seq <= *tseq));
     log.push(RecoveryStep {
         name: STEPS[1],
         detail: format!("{} trim records, {trimmed} units unmapped", ftl.trims.len()),

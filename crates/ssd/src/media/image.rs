@@ -41,7 +41,8 @@ const LINE_ENTRY_BYTES: u64 = 32;
 pub const SLOT_HEADER_BYTES: usize = 24;
 const TRIM_RECORD_BYTES: usize = 16;
 
-const _: () = assert!(SLOT_HEADER_BYTES >= 4 + 4 + 8 + 1);
+// The header holds the unit (4), generation (4), sequence (8) and flags (1).
+const _: () = assert!(SLOT_HEADER_BYTES > 4 + 4 + 8);
 const _: () = assert!(LINE_ENTRY_BYTES >= 4 + 4 + 8);
 
 /// One line's persistent state.
@@ -51,6 +52,16 @@ pub struct LineEntry {
     pub erase_count: u32,
     /// 0 while the line is open (or free).
     pub closed_seq: u64,
+}
+
+/// The header fields of a slot record, as written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotHeader {
+    pub lpn: u32,
+    /// The line's generation when the slot was programmed; records of older generations are stale.
+    pub generation: u32,
+    pub seq: u64,
+    pub flags: u8,
 }
 
 /// A slot record as read back.
@@ -296,21 +307,12 @@ impl NandImage {
     }
 
     /// Records a programmed slot.
-    pub fn write_slot(
-        &mut self,
-        line: u32,
-        slot: u32,
-        generation: u32,
-        lpn: u32,
-        seq: u64,
-        flags: u8,
-        image: &[u8],
-    ) {
+    pub fn write_slot(&mut self, line: u32, slot: u32, h: SlotHeader, image: &[u8]) {
         let mut rec = vec![0u8; SLOT_HEADER_BYTES + image.len()];
-        rec[0..4].copy_from_slice(&lpn.to_le_bytes());
-        rec[4..8].copy_from_slice(&generation.to_le_bytes());
-        rec[8..16].copy_from_slice(&seq.to_le_bytes());
-        rec[16] = flags;
+        rec[0..4].copy_from_slice(&h.lpn.to_le_bytes());
+        rec[4..8].copy_from_slice(&h.generation.to_le_bytes());
+        rec[8..16].copy_from_slice(&h.seq.to_le_bytes());
+        rec[16] = h.flags;
         rec[SLOT_HEADER_BYTES..].copy_from_slice(image);
         let r = self.file.write_all_at(&rec, self.slot_offset(line, slot));
         self.note(r);
