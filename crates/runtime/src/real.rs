@@ -75,7 +75,10 @@ thread_local! {
 fn schedule(shared: &Arc<Shared>, runnable: Runnable<ReactorId>) {
     let target = *runnable.metadata();
     if THIS_REACTOR.with(|c| c.get()) == target {
-        LOCAL_READY.with(|q| q.borrow_mut().push_back(runnable));
+        // While the reactor's thread exits, the queue's destructor drops the tasks left in it,
+        // and dropping one may wake another (a lock handed on): that task has nowhere to run
+        // any more and is dropped with the closure.
+        let _ = LOCAL_READY.try_with(|q| q.borrow_mut().push_back(runnable));
     } else {
         shared.reactors[target].wakes.push(runnable);
         shared.notify(target);
@@ -432,7 +435,15 @@ fn reactor_loop(id: ReactorId, shared: Arc<Shared>, job: Option<Box<dyn FnOnce()
     }
     *me.stats.lock() = stats;
     // Drop leftover tasks and timers while the context is installed.
-    LOCAL_READY.with(|q| q.borrow_mut().clear());
+    // Dropping a task may wake another into this queue (a lock handed on), so the queue is
+    // taken out before its tasks drop, until nothing is left.
+    loop {
+        let leftovers = LOCAL_READY.with(|q| std::mem::take(&mut *q.borrow_mut()));
+        if leftovers.is_empty() {
+            break;
+        }
+        drop(leftovers);
+    }
     while me.wakes.pop().is_some() {}
     while me.inbox.pop().is_some() {}
     local.timer_wakers.borrow_mut().clear();

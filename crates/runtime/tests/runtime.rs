@@ -1,6 +1,8 @@
 //! Goal: the runtime's contract holds on both implementations: timers fire at their time,
 //! messages reach the reactor they were sent to, tasks on one reactor see their own reactor
-//! id, CPU charging serialises work on a reactor (sim), and a simulation is deterministic.
+//! id, CPU charging serialises work on a reactor (sim), a simulation is deterministic, and
+//! tasks left over when a real reactor's thread exits are dropped without a panic even when
+//! dropping one wakes another.
 //! Method: small programs run on `sim` and `real`, asserting on what they observed (never on
 //! how long the real runtime took).
 
@@ -11,7 +13,7 @@ use std::sync::Arc;
 
 use flashrig_runtime::{
     charge_cpu_ns, current_reactor, now_ns, num_reactors, register_poller, run, send, sleep_ns,
-    spawn, spawn_on, PollerStatus, RuntimeKind,
+    spawn, spawn_on, yield_now, PollerStatus, RuntimeKind,
 };
 
 const BOTH: [RuntimeKind; 2] = [RuntimeKind::Sim, RuntimeKind::Real];
@@ -206,4 +208,41 @@ fn sim_reports_a_lost_wakeup() {
     run(RuntimeKind::Sim, 1, || async {
         std::future::pending::<()>().await;
     });
+}
+
+/// A task still queued when its reactor's thread exits is dropped there; if dropping it wakes
+/// another task of that reactor (a lock handed on by a future's `Drop`), the wake-up must be
+/// dropped quietly, not panic in the exiting thread.
+#[test]
+fn waking_a_task_while_the_reactor_thread_exits_is_harmless() {
+    struct WakeOnDrop(Option<std::task::Waker>);
+    impl Drop for WakeOnDrop {
+        fn drop(&mut self) {
+            if let Some(w) = self.0.take() {
+                w.wake();
+            }
+        }
+    }
+    let (done, _) = run(RuntimeKind::Real, 2, || async {
+        spawn_on(1, || async {
+            // B waits forever and leaves its waker with A; A yields forever, so it sits in
+            // the ready queue when the run ends.
+            let slot: Rc<RefCell<Option<std::task::Waker>>> = Rc::new(RefCell::new(None));
+            let s = slot.clone();
+            drop(spawn(std::future::poll_fn(move |cx| {
+                *s.borrow_mut() = Some(cx.waker().clone());
+                std::task::Poll::<()>::Pending
+            })));
+            yield_now().await;
+            drop(spawn(async move {
+                let _guard = WakeOnDrop(slot.borrow_mut().take());
+                loop {
+                    yield_now().await;
+                }
+            }));
+        })
+        .await;
+        true
+    });
+    assert!(done);
 }

@@ -175,7 +175,7 @@ impl Inner {
             }
             match round {
                 0 => {
-                    self.convert_full().await?;
+                    self.convert_for_grant().await?;
                     // A checkpoint refills the window, and swaps window HHs that cannot form
                     // a group for ones that can.
                     let stuck = {
@@ -188,7 +188,7 @@ impl Inner {
                 }
                 1 | 3 => {
                     self.recall(r).await;
-                    self.convert_full().await?;
+                    self.convert_for_grant().await?;
                 }
                 2 => {
                     self.gc().await?;
@@ -346,6 +346,45 @@ impl Inner {
             self.convert_stripe(s).await?;
         }
         Ok(())
+    }
+
+    /// Converts full hero groups for a waiting grant: only until a whole batch can be granted
+    /// (or nothing is left to convert). Converting *every* queued group first would make the
+    /// asking reactor wait for all of them, one stripe after another: with eight busy
+    /// reactors that was thousands of stripes and most of a second, while the VHs of a few
+    /// conversions would have been enough. The rest is left to the idle service.
+    async fn convert_for_grant(self: &Arc<Self>) -> DevResult<()> {
+        self.collect_full().await;
+        while !self.batch_grantable() {
+            let Some(s) = self.mgr.lock().to_convert.pop_front() else { break };
+            self.convert_stripe(s).await?;
+        }
+        Ok(())
+    }
+
+    /// Whether [`take_grant`](Self::take_grant) would fill a whole batch now (or take all the
+    /// window offers): enough window HHs can form groups with the free VHs (each group takes
+    /// one VH on each of its m parity members).
+    fn batch_grantable(&self) -> bool {
+        let mgr = self.mgr.lock();
+        // A window shorter than a batch grants what it has (bar GC's reserve).
+        let batch = self.grant_batch().min(mgr.window.len().saturating_sub(GC_KEEP_HH)).max(1);
+        let mut free: Vec<usize> = mgr.vh_free.iter().map(|v| v.len()).collect();
+        let mut groups = 0;
+        for &h in mgr.window.iter() {
+            let s = h as u64;
+            let parity = (0..self.geo.m).map(|i| self.geo.parity_member(s, i));
+            if parity.clone().all(|p| self.is_failed(p) || free[p] > 0) {
+                for p in parity.filter(|&p| !self.is_failed(p)) {
+                    free[p] -= 1;
+                }
+                groups += 1;
+                if groups >= batch {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// Moves every reactor's list of full hero groups (by message) to the conversion queue.
