@@ -71,8 +71,9 @@ const FEMU_GC_BACKGROUND_FREE: f64 = 0.25;
 const SYNTH_SPAN_FULL_SCALE: u64 = 16 << 30;
 /// How long the full run (`flashrig reproduce scalaafa`, no `--quick`) took on the
 /// development machine (2 vCPUs), stated in the document.
-const FULL_RUN_WALL_TIME: &str = "83 minutes (2026-11-23, 144 runs on 2 worker threads; 97% of \
-     the runs' time replaying the traces, 83% in the scala engine's trace replays)";
+const FULL_RUN_WALL_TIME: &str =
+    "6 minutes (2026-11-24, 144 runs on 2 worker threads; 10 minutes with a \
+     test build sharing the machine)";
 
 /// One experiment file: (name, text).
 const EXPERIMENTS: &[(&str, &str)] = &[
@@ -1692,6 +1693,32 @@ fn render(opts: &Options, r: &Results, wall: f64, workers: usize) -> Result<Stri
                 .collect::<Vec<_>>()
                 .join(" | ")
         );
+        out.push('\n');
+        // Where ScalaAFA falls well short of the ideal, say what its result file shows.
+        for (&t, id) in threads.iter().zip(&ideal) {
+            let key = arr(SCALA, k, m, "64k-seq-qd32", t);
+            let (Some(run), Some(v), Some(id)) = (r.run(&key), r.get(&key, Metric::WriteGbps), id)
+            else {
+                continue;
+            };
+            if v >= 0.75 * id {
+                continue;
+            }
+            let c = &run.result.layers.counters;
+            let conv = c.get("conversions_ssd").copied().unwrap_or(0)
+                + c.get("conversions_host").copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "- ScalaAFA {k}+{m} at {t} threads reaches {:.0}% of the ideal: {conv} stripes \
+                 were converted during the run and the slowest write waited {:.0} ms. The \
+                 heroes granted to {t} reactors use up the transient area within the run; from \
+                 then on writes wait for conversions, which the space manager issues one stripe \
+                 at a time (docs/scala.md, \"Known limits\"), so the throughput falls to the \
+                 rate of serial conversion.",
+                100.0 * v / id,
+                run.total.write_latency.max_ns as f64 / 1e6
+            );
+        }
         out.push('\n');
         series.push(Series { name: "(k+m)/(m+1)·S (ideal)".into(), values: ideal });
         let xs: Vec<f64> = threads.iter().map(|&t| t as f64).collect();
