@@ -9,16 +9,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+use common::{scratch, text};
+
 fn flashrig(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_flashrig")).args(args).output().expect("run flashrig")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch directory")
 }
 
 fn write(dir: &Path, name: &str, body: &str) -> PathBuf {

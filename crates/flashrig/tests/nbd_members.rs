@@ -31,11 +31,10 @@ use flashrig_blockdev::snapshot_stack;
 use flashrig_metrics::LayerSnapshot;
 use flashrig_runtime::RuntimeKind;
 
-const PORT: u16 = 10809;
+mod common;
+use common::{have, text};
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+const PORT: u16 = 10809;
 
 /// Runs a command to completion; `Err` carries its stderr.
 fn sh(program: &str, args: &[&str]) -> Result<Output, String> {
@@ -48,15 +47,6 @@ fn sh(program: &str, args: &[&str]) -> Result<Output, String> {
     } else {
         Err(format!("{program} {}: {} {}", args.join(" "), out.status, text(&out.stderr).trim()))
     }
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg(if tool == "ss" { "-V" } else { "--version" })
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// One member's host: a namespace, the veth pair to it, and the server inside.

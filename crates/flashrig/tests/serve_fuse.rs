@@ -20,26 +20,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{find_tool, scratch, text};
+
 /// How long a server may take to start (recovery included) or to stop before the test gives
 /// up on it: a hang guard, not a timing assertion.
 const PATIENCE: Duration = Duration::from_secs(180);
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch directory")
-}
-
-/// The full path of `tool`, looked up in PATH and the sbin directories (root's tools).
-fn find_tool(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
-}
 
 /// Why the test cannot run here, if it cannot: not root, no /dev/fuse, no loop devices, or a
 /// missing tool.

@@ -18,13 +18,8 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Whether `tool` is on the PATH (as `which` finds it).
-fn have(tool: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| {
-        std::env::split_paths(&p)
-            .any(|d| std::fs::metadata(d.join(tool)).is_ok_and(|m| m.is_file()))
-    })
-}
+mod common;
+use common::{have, scratch, text};
 
 /// Skips the test (with the reason on stdout) unless every tool is installed.
 macro_rules! require {
@@ -36,14 +31,6 @@ macro_rules! require {
             }
         }
     };
-}
-
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch directory")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// Runs a tool; panics with its output when it fails.
