@@ -4,7 +4,8 @@
 //! with simple and structured replies, the protocol's error for every bad request while the
 //! connection stays usable, a hang-up on a bad magic that leaves other connections alone, a
 //! read-only export, two connections at once, bulk requests run on another reactor than their
-//! connection's, and a shutdown that answers the requests in flight.
+//! connection's, a shutdown that answers the requests in flight, and large payloads that
+//! arrive in pieces or never arrive whole.
 //!
 //! Method: a hand-written client over a raw Unix socket (no NBD library between the test and
 //! the wire) against `nbd::start` on an export over a RAM disk, on the real runtime. The
@@ -783,4 +784,63 @@ fn bulk_requests_spread_over_reactors_keep_every_byte() {
         c.disconnect();
     });
     assert!(end == *expect.lock().unwrap(), "the export holds what the client wrote");
+}
+
+/// A large write's payload is read by the connection's thread, blocking, once the poller saw
+/// its header: a payload that arrives in pieces with pauses between them must still be read
+/// whole, with the request the client sent right behind it; a client that goes away in the
+/// middle of a payload must leave the export and the other connections as they were; and a
+/// stop while a payload is half sent must not hang the server.
+#[test]
+fn a_payload_arriving_in_pieces_is_read_whole_and_a_half_sent_one_writes_nothing() {
+    let end = with_server(PLAIN, |env| {
+        let (mut a, _) = Client::ready(&env, false);
+        // 300 KiB in three pieces, 30 ms apart; a read of another block follows the last
+        // piece in the same system call.
+        assert_eq!(a.write_at(0, &pattern(4096, 9), 0), 0);
+        let len = 300usize << 10;
+        let data = pattern(len, 3);
+        let cookie = a.send(0, CMD_WRITE, 8192, len as u32, &[]);
+        a.write(&data[..1000]);
+        std::thread::sleep(Duration::from_millis(30));
+        a.write(&data[1000..200 << 10]);
+        std::thread::sleep(Duration::from_millis(30));
+        let mut tail = data[200 << 10..].to_vec();
+        let read_cookie = a.next_cookie;
+        a.next_cookie += 1;
+        a.reads.insert(read_cookie, 4096);
+        for field in [
+            &REQUEST_MAGIC.to_be_bytes()[..],
+            &0u16.to_be_bytes(),
+            &CMD_READ.to_be_bytes(),
+            &read_cookie.to_be_bytes(),
+            &0u64.to_be_bytes(),
+            &4096u32.to_be_bytes(),
+        ] {
+            tail.extend_from_slice(field);
+        }
+        a.write(&tail);
+        let mut replies = HashMap::new();
+        for _ in 0..2 {
+            let (c, ans) = a.next_reply();
+            replies.insert(c, ans);
+        }
+        assert_eq!(replies[&cookie].error, 0, "the write in pieces succeeds");
+        assert_eq!(replies[&read_cookie].data, pattern(4096, 9), "the read behind it too");
+        assert!(a.read_at(8192, len as u32) == data, "the write in pieces landed whole");
+
+        // A client that closes half way through a payload.
+        let (mut b, _) = Client::ready(&env, true);
+        b.send(0, CMD_WRITE, 512 << 10, 200 << 10, &pattern(10 << 10, 4));
+        drop(b);
+        assert_eq!(a.read_at(0, 4096), pattern(4096, 9), "the other connection goes on");
+
+        // A stop while a payload is half sent: the server ends without answering it.
+        let (mut c, _) = Client::ready(&env, false);
+        c.send(0, CMD_WRITE, 768 << 10, 128 << 10, &pattern(4 << 10, 5));
+        std::thread::sleep(Duration::from_millis(20));
+        env.stop.send(()).unwrap();
+        assert!(c.closed(), "the server closes the connection of the unfinished write");
+    });
+    assert!(end[512 << 10..1 << 20].iter().all(|&b| b == 0), "unfinished writes wrote nothing");
 }

@@ -174,6 +174,13 @@ fn transmission(ctx: &Arc<ConnCtx>, sock: &Sock, inb: InBuf, neg: Negotiated) ->
         next_bulk: AtomicUsize::new(0),
     });
     let end = conn.doorbell();
+    // A write whose payload never arrived whole (the client went away, or the server stopped
+    // in the middle of it) was admitted but is never answered: count it out, or waiting for
+    // the replies below would never end. The poller is not running any more (it ended, or
+    // returns at once once the connection is abandoned), so its state is ours.
+    if let Some((_, h, _)) = conn.rx.lock().pending.take() {
+        conn.outbox.forget(h.len as usize);
+    }
     // No more requests: let the ones in flight complete and their replies go out, then close.
     sock.shutdown(Shutdown::Read);
     while !outbox.drain(Duration::from_secs(1)) {}
@@ -283,7 +290,11 @@ impl Conn {
         if let Some((ans, h, mut data)) = rx.pending.take() {
             let want = h.len as usize - data.len();
             return match self.sock.recv_append_nonblocking(&mut data, want) {
-                Ok(0) => Err(mid_request()),
+                Ok(0) => {
+                    // Kept, so that the end of the connection counts it out.
+                    rx.pending = Some((ans, h, data));
+                    Err(mid_request())
+                }
                 Ok(_) if data.len() == h.len as usize => {
                     self.write(ans, h, data);
                     Ok(true)
