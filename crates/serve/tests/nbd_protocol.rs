@@ -57,6 +57,7 @@ where
 {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nbd.sock");
+    let _watchdog = Watchdog::start(WATCHDOG);
     let (res, _) = run(RuntimeKind::Real, setup.reactors, move || async move {
         let dev: DevRef =
             Arc::new(RamDevice::new("ram", BLOCK as u32, BLOCKS, 0, setup.latency_ns));
@@ -101,6 +102,39 @@ where
         std::panic::resume_unwind(p);
     }
     contents
+}
+
+/// How long one test's server may run. A server that never finishes (a connection waiting for
+/// a reply that will not come) would otherwise hang the test run instead of failing it.
+const WATCHDOG: Duration = Duration::from_secs(120);
+
+/// Ends the test process, loudly, if it is still alive when the time is up.
+struct Watchdog(Arc<std::sync::atomic::AtomicBool>);
+
+impl Watchdog {
+    fn start(limit: Duration) -> Watchdog {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = done.clone();
+        let name = std::thread::current().name().unwrap_or("a test").to_string();
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + limit;
+            while std::time::Instant::now() < deadline {
+                if flag.load(std::sync::atomic::Ordering::Acquire) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            eprintln!("{name}: the server did not finish within {limit:?} (hung); aborting");
+            std::process::abort();
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// A reply as the client saw it: the error (0 for success) and a read's data.
