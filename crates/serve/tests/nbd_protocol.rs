@@ -290,6 +290,21 @@ impl Client {
 
     /// Sends a request; returns its cookie.
     fn send(&mut self, flags: u16, kind: u16, offset: u64, len: u32, payload: &[u8]) -> u64 {
+        let (cookie, m) = self.encode(flags, kind, offset, len, payload);
+        self.write(&m);
+        cookie
+    }
+
+    /// A request's bytes on the wire, not sent yet (a test may send them together with
+    /// others); returns its cookie too.
+    fn encode(
+        &mut self,
+        flags: u16,
+        kind: u16,
+        offset: u64,
+        len: u32,
+        payload: &[u8],
+    ) -> (u64, Vec<u8>) {
         let cookie = self.next_cookie;
         self.next_cookie += 1;
         let mut m = Vec::with_capacity(28 + payload.len());
@@ -303,8 +318,7 @@ impl Client {
         if kind == CMD_READ {
             self.reads.insert(cookie, len as usize);
         }
-        self.write(&m);
-        cookie
+        (cookie, m)
     }
 
     /// Reads the next complete reply: (cookie, answer).
@@ -840,19 +854,8 @@ fn a_payload_arriving_in_pieces_is_read_whole_and_a_half_sent_one_writes_nothing
         a.write(&data[1000..200 << 10]);
         std::thread::sleep(Duration::from_millis(30));
         let mut tail = data[200 << 10..].to_vec();
-        let read_cookie = a.next_cookie;
-        a.next_cookie += 1;
-        a.reads.insert(read_cookie, 4096);
-        for field in [
-            &REQUEST_MAGIC.to_be_bytes()[..],
-            &0u16.to_be_bytes(),
-            &CMD_READ.to_be_bytes(),
-            &read_cookie.to_be_bytes(),
-            &0u64.to_be_bytes(),
-            &4096u32.to_be_bytes(),
-        ] {
-            tail.extend_from_slice(field);
-        }
+        let (read_cookie, read) = a.encode(0, CMD_READ, 0, 4096, &[]);
+        tail.extend_from_slice(&read);
         a.write(&tail);
         let mut replies = HashMap::new();
         for _ in 0..2 {
