@@ -2,6 +2,7 @@
 //! ASCII as replayed by MQSim/SSDSim, CloudPhysics vscsi CSV, blkparse text) into one
 //! [`Request`] stream, characterise them ([`stats`]), shrink them ([`reduce`]) and write them
 //! back out ([`write`]). Readers stream line by line so multi-GB traces never sit in memory.
+//! [`synth`] generates stand-ins for ScalaAFA's Table 2 traces with published locality.
 
 pub mod bench;
 pub mod error;
@@ -9,10 +10,12 @@ pub mod formats;
 pub mod record;
 pub mod reduce;
 pub mod stats;
+pub mod synth;
 pub mod write;
 
 pub use bench::bench_parse_msr;
 pub use error::TraceError;
 pub use formats::{detect, detect_file, open, open_with, Format, Options, Reader};
 pub use record::Request;
-pub use stats::TraceStats;
+pub use stats::{LocalityReport, TraceStats};
+pub use synth::{Locality, Synth, Table2Row, TABLE2};

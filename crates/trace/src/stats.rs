@@ -3,7 +3,7 @@
 //! 4 KiB logical-page update frequencies used by the Jaffer thesis (§3.7.2) to validate
 //! trace reduction. Memory is one hash-map entry per distinct page touched.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
 use crate::record::Request;
@@ -170,4 +170,231 @@ pub fn update_freq_histogram_of(counts: impl Iterator<Item = u32>) -> Vec<u64> {
         h[c] += 1;
     }
     h
+}
+
+/// Locality of a request sequence, the statistics the synthetic Table 2 stand-ins
+/// ([`crate::synth`]) are built to reproduce: how many distinct start addresses the requests
+/// use (a footprint measure that needs no page size), how often a read or a write starts where
+/// the previous one of its kind ended (sequentiality), how many distinct 4 KiB pages are
+/// touched and written (the footprint in bytes), and how many reads start at an address that
+/// was written before. Addresses are per device, so volumes merged into one stream stay apart.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LocalityReport {
+    /// Requests seen.
+    pub requests: u64,
+    /// Read requests seen.
+    pub reads: u64,
+    /// Write requests seen.
+    pub writes: u64,
+    /// Distinct (device, start offset) pairs over all requests.
+    pub distinct_addresses: u64,
+    /// Reads starting exactly where the previous read on the same device ended.
+    pub sequential_reads: u64,
+    /// Writes starting exactly where the previous write on the same device ended.
+    pub sequential_writes: u64,
+    /// Reads whose (device, start offset) was the start of an earlier write.
+    pub reads_to_written_addresses: u64,
+    /// Distinct 4 KiB pages read or written.
+    pub pages_touched: u64,
+    /// Distinct 4 KiB pages written.
+    pub pages_written: u64,
+    /// 4 KiB pages read (counted once per read that touches them).
+    pub pages_read: u64,
+    /// Of `pages_read`, those written earlier in the trace.
+    pub pages_read_after_write: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Bytes written.
+    pub write_bytes: u64,
+}
+
+impl LocalityReport {
+    /// Characterise a whole request sequence in one pass. Memory is one hash-set entry per
+    /// distinct address and per distinct page.
+    pub fn of<'a>(reqs: impl IntoIterator<Item = &'a Request>) -> Self {
+        let mut out = Self::default();
+        let mut addresses: FxHashMap<(u32, u64), bool> = FxHashMap::default();
+        let mut touched: FxHashSet<(u32, u64)> = Default::default();
+        let mut written: FxHashSet<(u32, u64)> = Default::default();
+        // The end of the previous read and of the previous write, with its device.
+        let mut last_end: [Option<(u32, u64)>; 2] = [None, None];
+        for r in reqs {
+            out.requests += 1;
+            let kind = r.write as usize;
+            if last_end[kind] == Some((r.device, r.offset_bytes)) {
+                if r.write {
+                    out.sequential_writes += 1;
+                } else {
+                    out.sequential_reads += 1;
+                }
+            }
+            last_end[kind] = Some((r.device, r.end_bytes()));
+            let key = (r.device, r.offset_bytes);
+            if r.write {
+                out.writes += 1;
+                out.write_bytes = out.write_bytes.saturating_add(r.size_bytes);
+                addresses.insert(key, true);
+                for p in pages(r) {
+                    written.insert((r.device, p));
+                    touched.insert((r.device, p));
+                }
+            } else {
+                out.reads += 1;
+                out.read_bytes = out.read_bytes.saturating_add(r.size_bytes);
+                let was_written = addresses.entry(key).or_insert(false);
+                out.reads_to_written_addresses += *was_written as u64;
+                for p in pages(r) {
+                    out.pages_read += 1;
+                    out.pages_read_after_write += written.contains(&(r.device, p)) as u64;
+                    touched.insert((r.device, p));
+                }
+            }
+        }
+        out.distinct_addresses = addresses.len() as u64;
+        out.pages_touched = touched.len() as u64;
+        out.pages_written = written.len() as u64;
+        out
+    }
+
+    /// Distinct start addresses per request (0 for an empty trace).
+    pub fn distinct_address_ratio(&self) -> f64 {
+        ratio(self.distinct_addresses as f64, self.requests)
+    }
+
+    /// Fraction of reads that continue the previous read.
+    pub fn sequential_read_fraction(&self) -> f64 {
+        ratio(self.sequential_reads as f64, self.reads)
+    }
+
+    /// Fraction of writes that continue the previous write.
+    pub fn sequential_write_fraction(&self) -> f64 {
+        ratio(self.sequential_writes as f64, self.writes)
+    }
+
+    /// Fraction of reads that start at an address written earlier in the trace.
+    pub fn read_after_write_fraction(&self) -> f64 {
+        ratio(self.reads_to_written_addresses as f64, self.reads)
+    }
+
+    /// Fraction of the pages reads touch that were written earlier in the trace: how much of
+    /// what is read is data the trace itself wrote.
+    pub fn read_pages_written_fraction(&self) -> f64 {
+        ratio(self.pages_read_after_write as f64, self.pages_read)
+    }
+
+    /// Bytes of distinct pages touched per byte transferred: 1 when nothing is accessed twice,
+    /// small when the trace keeps returning to a small working set.
+    pub fn footprint_ratio(&self) -> f64 {
+        let moved = self.read_bytes.saturating_add(self.write_bytes);
+        if moved == 0 {
+            0.0
+        } else {
+            (self.pages_touched * PAGE_BYTES) as f64 / moved as f64
+        }
+    }
+
+    /// Bytes of distinct pages written per byte written: the write working set relative to the
+    /// data written, 1 when no page is overwritten.
+    pub fn written_footprint_ratio(&self) -> f64 {
+        if self.write_bytes == 0 {
+            0.0
+        } else {
+            (self.pages_written * PAGE_BYTES) as f64 / self.write_bytes as f64
+        }
+    }
+}
+
+/// Miss ratio of an LRU cache of `capacity` entries (one entry per key, whatever the request
+/// size) over `keys`, every access a lookup that inserts on a miss: the statistic published
+/// for the MSR Cambridge volumes by opencoff/go-sieve (bench-results.md, cache = 10% of the
+/// distinct keys), so a synthetic trace can be checked against it the same way. Capacity 0
+/// misses everything.
+pub fn lru_miss_ratio<K: std::hash::Hash + Eq + Copy>(
+    keys: impl IntoIterator<Item = K>,
+    capacity: usize,
+) -> f64 {
+    const NIL: u32 = u32::MAX;
+    struct Node<K> {
+        key: K,
+        prev: u32,
+        next: u32,
+    }
+    let mut nodes: Vec<Node<K>> = Vec::with_capacity(capacity.min(1 << 24));
+    let mut index: FxHashMap<K, u32> = FxHashMap::default();
+    let (mut head, mut tail) = (NIL, NIL);
+    let (mut accesses, mut misses) = (0u64, 0u64);
+    // Unlinks node `i` from the recency list.
+    fn unlink<K>(nodes: &mut [Node<K>], head: &mut u32, tail: &mut u32, i: u32) {
+        let (p, n) = (nodes[i as usize].prev, nodes[i as usize].next);
+        if p == NIL {
+            *head = n;
+        } else {
+            nodes[p as usize].next = n;
+        }
+        if n == NIL {
+            *tail = p;
+        } else {
+            nodes[n as usize].prev = p;
+        }
+    }
+    // Links node `i` in front of the recency list (most recently used).
+    fn push_front<K>(nodes: &mut [Node<K>], head: &mut u32, tail: &mut u32, i: u32) {
+        nodes[i as usize].prev = NIL;
+        nodes[i as usize].next = *head;
+        if *head != NIL {
+            nodes[*head as usize].prev = i;
+        }
+        *head = i;
+        if *tail == NIL {
+            *tail = i;
+        }
+    }
+    for key in keys {
+        accesses += 1;
+        if let Some(&i) = index.get(&key) {
+            unlink(&mut nodes, &mut head, &mut tail, i);
+            push_front(&mut nodes, &mut head, &mut tail, i);
+            continue;
+        }
+        misses += 1;
+        if capacity == 0 {
+            continue;
+        }
+        let i = if nodes.len() < capacity {
+            nodes.push(Node { key, prev: NIL, next: NIL });
+            (nodes.len() - 1) as u32
+        } else {
+            // Evict the least recently used entry and reuse its node.
+            let victim = tail;
+            unlink(&mut nodes, &mut head, &mut tail, victim);
+            index.remove(&nodes[victim as usize].key);
+            nodes[victim as usize].key = key;
+            victim
+        };
+        index.insert(key, i);
+        push_front(&mut nodes, &mut head, &mut tail, i);
+    }
+    ratio(misses as f64, accesses)
+}
+
+/// LRU miss ratio over the requests' (device, start offset) with a cache holding
+/// `cache_fraction` of the distinct addresses (rounded, at least one entry) — go-sieve's
+/// measurement at `cache_fraction` = 0.1.
+pub fn lru_miss_ratio_of(reqs: &[Request], cache_fraction: f64) -> f64 {
+    let distinct: FxHashSet<(u32, u64)> = reqs.iter().map(|r| (r.device, r.offset_bytes)).collect();
+    let capacity = ((distinct.len() as f64 * cache_fraction).round() as usize).max(1);
+    lru_miss_ratio(reqs.iter().map(|r| (r.device, r.offset_bytes)), capacity)
+}
+
+/// Share of requests that go to the most requested `fraction` of distinct start addresses
+/// (at least one address): a hot/cold skew measure, "x% of requests go to y% of addresses".
+pub fn hot_share(reqs: &[Request], fraction: f64) -> f64 {
+    let mut counts: FxHashMap<(u32, u64), u64> = FxHashMap::default();
+    for r in reqs {
+        *counts.entry((r.device, r.offset_bytes)).or_insert(0) += 1;
+    }
+    let mut c: Vec<u64> = counts.into_values().collect();
+    c.sort_unstable_by(|a, b| b.cmp(a));
+    let k = ((c.len() as f64 * fraction).round() as usize).clamp(1.min(c.len()), c.len());
+    ratio(c[..k].iter().sum::<u64>() as f64, reqs.len() as u64)
 }
