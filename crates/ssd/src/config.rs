@@ -176,6 +176,18 @@ pub enum EvictorPolicy {
     Transient,
 }
 
+/// Where the SLC cache puts host writes that carry the transient hint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransientPlacement {
+    /// One open SLC line takes every host write, so transient and other units share lines.
+    #[default]
+    Mixed,
+    /// Transient units go to an open SLC line of their own (a second host stream), so a line
+    /// holds either transient units or others, never both.
+    Separate,
+}
+
 /// Replacement policy of the DRAM write buffer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -223,6 +235,10 @@ pub struct Firmware {
     pub slc_evict_free_lines: u32,
     /// `factor` of the transient-aware score (ScalaAFA sets it to 1).
     pub slc_transient_factor: f64,
+    /// Whether host writes with the transient hint share the open SLC line with other host
+    /// writes (`mixed`) or fill SLC lines of their own (`separate`). ScalaAFA (§5.5) does not
+    /// say which its SSD did; experiments can run both. Without an SLC cache it has no effect.
+    pub slc_transient_placement: TransientPlacement,
     /// Host metadata bytes stored in OOB with each logical block (0: none).
     pub md_bytes: u32,
     /// ScalaAFA's conversion vendor command (scalaafa-atc24.txt §5.3): the firmware reads `k`
@@ -261,6 +277,7 @@ impl Default for Firmware {
             slc_evictor: EvictorPolicy::Fifo,
             slc_evict_free_lines: 1,
             slc_transient_factor: 1.0,
+            slc_transient_placement: TransientPlacement::Mixed,
             md_bytes: 16,
             vendor_convert: false,
             convert_engine_ns_per_kib: SCALAAFA_ENGINE_NS_PER_KIB,
@@ -562,5 +579,22 @@ mod tests {
         assert!(SsdConfig::resolve(&t).unwrap_err().contains("known presets"));
         let t: toml::Table = "[geometry]\nchanels = 3".parse().unwrap();
         assert!(SsdConfig::resolve(&t).unwrap_err().contains("chanels"));
+    }
+
+    #[test]
+    fn transient_placement_is_mixed_by_default_and_names_its_key_when_wrong() {
+        for name in preset_names() {
+            let cfg = SsdConfig::preset(name).unwrap();
+            assert_eq!(cfg.firmware.slc_transient_placement, TransientPlacement::Mixed, "{name}");
+        }
+        let t: toml::Table =
+            "preset = \"tiny-slc\"\n[firmware]\nslc_transient_placement = \"separate\"\n"
+                .parse()
+                .unwrap();
+        let cfg = SsdConfig::resolve(&t).unwrap();
+        assert_eq!(cfg.firmware.slc_transient_placement, TransientPlacement::Separate);
+        let t: toml::Table = "[firmware]\nslc_transient_placement = \"apart\"\n".parse().unwrap();
+        let e = SsdConfig::resolve(&t).unwrap_err();
+        assert!(e.contains("slc_transient_placement") && e.contains("separate"), "{e}");
     }
 }

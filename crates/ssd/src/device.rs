@@ -173,6 +173,9 @@ impl Ssd {
         set("gc_background_lines", f.gc_background_lines);
         set("slc_evictions", f.slc_evictions);
         set("slc_evicted_lines", f.slc_evicted_lines);
+        set("slc_transient_units", f.slc_transient_units);
+        set("slc_evicted_transient", f.slc_evicted_transient);
+        set("slc_transient_died", f.slc_transient_died);
         set("pad_units", f.pad_slots);
         set("oob_mismatches", f.oob_mismatches);
         set("block_erases", n.block_erases);

@@ -3,7 +3,8 @@
 //!
 //! `PageMap` keeps a logical-to-physical table of mapping units (L2P, volatile DRAM), writes
 //! out of place into open lines (one per stream: host writes to the SLC cache or the dense
-//! area, relocations by GC and SLC eviction), and stamps every slot's OOB with its logical
+//! area, transient host writes to SLC lines of their own when the firmware separates them,
+//! relocations by GC and SLC eviction), and stamps every slot's OOB with its logical
 //! number and the sequence number of the write that produced it, which is what recovery
 //! ([`super::recover`]) rebuilds the table from. Garbage collection lives in [`super::gc`],
 //! SLC eviction in [`super::slc`].
@@ -15,7 +16,7 @@ use rustc_hash::FxHashMap;
 
 use super::gc::VictimPolicy;
 use super::slc::Evictor;
-use crate::config::SsdConfig;
+use crate::config::{SsdConfig, TransientPlacement};
 use crate::media::image::{LineEntry, NandImage, SlotHeader};
 use crate::media::store::{IuImage, LineStore, Shape, FLAG_TRANSIENT};
 use crate::media::{Layout, NandTimer};
@@ -48,6 +49,13 @@ pub struct FtlCounters {
     pub slc_evicted_lines: u64,
     pub slot_reads: u64,
     pub oob_mismatches: u64,
+    /// Host units written with the transient hint into SLC lines.
+    pub slc_transient_units: u64,
+    /// Transient units the SLC evictor moved to the dense area (part of `slc_evictions`).
+    pub slc_evicted_transient: u64,
+    /// Transient units invalidated (overwritten, trimmed, or deallocated by a conversion)
+    /// while still in an SLC line: they died in SLC and cost no dense program.
+    pub slc_transient_died: u64,
 }
 
 /// The interface between the controller and a mapping scheme. The page map implements it;
@@ -120,11 +128,25 @@ pub struct Line {
 /// Open-line streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stream {
+    /// Host writes into the SLC cache (all of them with `slc_transient_placement = "mixed"`,
+    /// the ones without the transient hint with `"separate"`).
     HostSlc = 0,
     HostDense = 1,
     /// Units moved by GC and SLC eviction.
     Relocate = 2,
+    /// Host writes with the transient hint, with `slc_transient_placement = "separate"`.
+    HostSlcTransient = 3,
 }
+
+impl Stream {
+    /// Whether the stream's lines run in SLC mode.
+    pub fn slc(self) -> bool {
+        matches!(self, Stream::HostSlc | Stream::HostSlcTransient)
+    }
+}
+
+/// Number of open-line streams ([`Stream`]).
+pub const STREAMS: usize = 4;
 
 const L2P_CHUNK: usize = 1 << 16;
 const UNMAPPED: u32 = u32::MAX;
@@ -139,7 +161,7 @@ pub struct PageMap {
     l2p: Vec<Option<Box<[u32]>>>,
     pub(super) free_dense: VecDeque<u32>,
     pub(super) free_slc: VecDeque<u32>,
-    pub(super) open: [Option<u32>; 3],
+    pub(super) open: [Option<u32>; STREAMS],
     /// Durable trim records: unit -> sequence number of its newest trim not yet superseded
     /// by a programmed write. Kept in a reserved system area (not modelled as NAND capacity).
     pub(super) trims: FxHashMap<u32, u64>,
@@ -149,6 +171,8 @@ pub struct PageMap {
     pub(super) gc_fg_free: u32,
     pub(super) gc_bg_free: u32,
     pub(super) slc_evict_free: u32,
+    /// Transient host writes go to their own SLC stream (`slc_transient_placement`).
+    separate_transient: bool,
     /// GC is running (its own allocations must not start another GC).
     pub(super) in_gc: bool,
     /// Scratch buffers of relocation, reused so collecting a line does not allocate.
@@ -181,7 +205,7 @@ impl PageMap {
             l2p: (0..chunks).map(|_| None).collect(),
             free_slc: (0..layout.slc_lines).collect(),
             free_dense: (layout.slc_lines..layout.lines).collect(),
-            open: [None; 3],
+            open: [None; STREAMS],
             trims: FxHashMap::default(),
             seq: 1,
             gc_policy: super::gc::policy(f.gc_policy),
@@ -189,6 +213,7 @@ impl PageMap {
             gc_fg_free: f.gc_foreground_free_lines,
             gc_bg_free: f.gc_background_free_lines,
             slc_evict_free: f.slc_evict_free_lines,
+            separate_transient: f.slc_transient_placement == TransientPlacement::Separate,
             in_gc: false,
             reloc_slots: Vec::new(),
             reloc_ius: Vec::new(),
@@ -227,19 +252,27 @@ impl PageMap {
     /// Drops the mapping of `lpn`, invalidating its slot.
     fn unmap(&mut self, lpn: u32) {
         if let Some(old) = self.l2p_get(lpn) {
-            self.invalidate(old);
+            if self.invalidate(old) {
+                self.counters.slc_transient_died += 1;
+            }
             let c = self.l2p[lpn as usize / L2P_CHUNK].as_mut().expect("mapped chunk exists");
             c[lpn as usize % L2P_CHUNK] = UNMAPPED;
         }
     }
 
-    fn invalidate(&mut self, ppa: u32) {
+    /// Marks the slot at `ppa` stale. Returns true when it held a transient unit in an SLC
+    /// line, so callers can count transient units that died in SLC (a relocation, which also
+    /// leaves its source slot stale, is not such a death).
+    fn invalidate(&mut self, ppa: u32) -> bool {
         let (l, s) = self.layout.split_ppa(ppa);
         let line = &mut self.lines[l as usize];
         line.valid -= 1;
         let st = line.store.as_mut().expect("a mapped slot's line has a store");
         if st.clear_valid(s) {
             line.transient -= 1;
+            line.slc
+        } else {
+            false
         }
     }
 
@@ -252,7 +285,7 @@ impl PageMap {
     /// The open line of `stream` with room for one program, opening a new one (and running
     /// GC or SLC eviction first when free lines are short) if needed.
     fn line_for(&mut self, t_ns: u64, stream: Stream) -> DevResult<u32> {
-        let slc = stream == Stream::HostSlc;
+        let slc = stream.slc();
         loop {
             if let Some(l) = self.open[stream as usize] {
                 let line = &self.lines[l as usize];
@@ -349,9 +382,15 @@ impl PageMap {
                         // One L2P access maps the unit here and yields its old place, which
                         // goes stale (a host write supersedes it; a relocated unit leaves it).
                         if let Some(old) = self.l2p_replace(w.lpn, ppa) {
-                            self.invalidate(old);
+                            let died = self.invalidate(old);
+                            if died && stream != Stream::Relocate {
+                                self.counters.slc_transient_died += 1;
+                            }
                         }
                         if stream != Stream::Relocate {
+                            if slc && w.flags & FLAG_TRANSIENT != 0 {
+                                self.counters.slc_transient_units += 1;
+                            }
                             if !self.trims.is_empty()
                                 && self.trims.get(&w.lpn).is_some_and(|&ts| ts < w.seq)
                             {
@@ -493,8 +532,28 @@ impl Ftl for PageMap {
     }
 
     fn program(&mut self, t_ns: u64, ius: &mut Vec<IuWrite>) -> DevResult<u64> {
-        let stream = if self.layout.slc_lines > 0 { Stream::HostSlc } else { Stream::HostDense };
-        self.program_stream(t_ns, stream, ius.drain(..))
+        if self.layout.slc_lines == 0 {
+            // No SLC cache: every host write goes to the dense area's one host stream, and
+            // the transient placement has nothing to separate.
+            return self.program_stream(t_ns, Stream::HostDense, ius.drain(..));
+        }
+        if !self.separate_transient {
+            return self.program_stream(t_ns, Stream::HostSlc, ius.drain(..));
+        }
+        let transient = ius.iter().filter(|w| w.flags & FLAG_TRANSIENT != 0).count();
+        if transient == 0 || transient == ius.len() {
+            // One stream takes the whole group (always so when writing through, one unit at
+            // a time).
+            let stream = if transient == 0 { Stream::HostSlc } else { Stream::HostSlcTransient };
+            return self.program_stream(t_ns, stream, ius.drain(..));
+        }
+        // A write-back group that mixes both kinds is split, each part padded to whole pages
+        // in its own line (docs/ssd.md, "SLC cache").
+        let (tr, other): (Vec<IuWrite>, Vec<IuWrite>) =
+            ius.drain(..).partition(|w| w.flags & FLAG_TRANSIENT != 0);
+        let a = self.program_stream(t_ns, Stream::HostSlc, other.into_iter())?;
+        let b = self.program_stream(t_ns, Stream::HostSlcTransient, tr.into_iter())?;
+        Ok(a.max(b))
     }
 
     fn trim(&mut self, lpn: u32, seq: u64) {
@@ -549,5 +608,65 @@ impl Ftl for PageMap {
             v.extend(std::iter::repeat_n(l.erase_count, self.layout.planes as usize));
         }
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PayloadMode;
+
+    /// Programs `n` units one at a time (as writing through does), every other one transient,
+    /// then `n` more in write-back groups of four that mix both kinds; returns the FTL.
+    fn filled(preset: &str, placement: TransientPlacement, n: u32) -> PageMap {
+        let mut cfg = SsdConfig::preset(preset).unwrap();
+        cfg.payload = PayloadMode::None;
+        cfg.firmware.slc_transient_placement = placement;
+        let layout = Layout::new(&cfg).unwrap();
+        let shape =
+            Shape { mode: PayloadMode::None, block_bytes: 4096, blocks_per_iu: 1, md_bytes: 0 };
+        let mut ftl = PageMap::new(&cfg, layout, shape);
+        let unit = |lpn: u32| IuWrite {
+            lpn,
+            seq: lpn as u64 + 10,
+            flags: if lpn.is_multiple_of(2) { FLAG_TRANSIENT } else { 0 },
+            img: IuImage::zeroed(&shape),
+        };
+        for lpn in 0..n {
+            ftl.program(0, &mut vec![unit(lpn)]).unwrap();
+        }
+        for first in (n..2 * n).step_by(4) {
+            let mut group: Vec<IuWrite> = (first..first + 4).map(unit).collect();
+            ftl.program(0, &mut group).unwrap();
+        }
+        ftl
+    }
+
+    #[test]
+    fn separate_placement_gives_transient_units_slc_lines_of_their_own() {
+        let n = 300; // more than two SLC lines' worth (128 units each) over the two calls
+        let sep = filled("tiny-slc", TransientPlacement::Separate, n);
+        let slc = sep.layout.slc_lines as usize;
+        let used: Vec<&Line> = sep.lines[..slc].iter().filter(|l| l.wp > 0).collect();
+        assert!(used.len() >= 4, "both streams filled lines");
+        for l in &used {
+            assert!(l.transient == 0 || l.transient == l.valid, "a line mixes both kinds");
+        }
+        assert_eq!(sep.counters.slc_transient_units, n as u64);
+        assert_eq!(sep.counters.pad_slots, 0, "one unit per page: splitting pads nothing");
+        // Mixed placement: every line holds both kinds.
+        let mixed = filled("tiny-slc", TransientPlacement::Mixed, n);
+        for l in mixed.lines[..slc].iter().filter(|l| l.wp > 0) {
+            assert!(
+                l.transient > 0 && l.transient < l.valid,
+                "mixed line {}/{}",
+                l.transient,
+                l.valid
+            );
+        }
+        // Without an SLC cache there is nothing to separate: one dense host stream takes all.
+        let dense = filled("tiny", TransientPlacement::Separate, n);
+        assert_eq!(dense.counters.slc_transient_units, 0);
+        assert_eq!(dense.lines.iter().filter(|l| l.wp > 0).count(), 2, "600 units in 2 lines");
     }
 }

@@ -18,7 +18,9 @@ pub const STEPS: [&str; 5] =
 
 pub(super) fn power_loss(ftl: &mut PageMap) {
     ftl.l2p_clear_all();
-    ftl.open = [None; 3];
+    // Every open line of every stream is forgotten alike: recovery closes each line that
+    // holds data whatever stream filled it, so the stream never matters to what comes back.
+    ftl.open = [None; super::ftl::STREAMS];
     for l in &mut ftl.lines {
         l.valid = 0;
         l.transient = 0;

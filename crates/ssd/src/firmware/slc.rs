@@ -4,6 +4,12 @@
 //! Victim choice is an [`Evictor`]: FIFO, greedy, and ScalaAFA's transient-aware score
 //! (§5.5: `factor * invalid - transient`, so lines full of soon-to-die backup copies stay in
 //! SLC and die there instead of being copied to the dense blocks).
+//!
+//! Where transient units land is the FTL's choice (`slc_transient_placement`): in the one open
+//! SLC line with every other host write, or in SLC lines of their own, which gives the
+//! evictor lines that are all transient or not at all. The counters `slc_evicted_transient`
+//! and `slc_transient_died` say how many transient units it moved to the dense area and how
+//! many died in SLC.
 
 use flashrig_blockdev::DevResult;
 
@@ -79,8 +85,11 @@ impl PageMap {
             line.state == LineState::Closed
         });
         let Some(victim) = self.evictor.choose(lines, &mut cands) else { return Ok(false) };
+        // Every valid unit of the victim moves, the transient ones included.
+        let transient = self.lines[victim as usize].transient as u64;
         let moved = self.relocate_and_erase(t_ns, victim)?;
         self.counters.slc_evictions += moved;
+        self.counters.slc_evicted_transient += transient;
         self.counters.slc_evicted_lines += 1;
         Ok(true)
     }
