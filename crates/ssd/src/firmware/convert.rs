@@ -3,24 +3,31 @@
 //! one parity row of them, the parity is written at the destination through the normal write
 //! path, and the sources are invalidated as a trim would.
 //!
-//! Timing composition (docs/ssd.md, "Conversion command"):
+//! The phases overlap as a streaming engine allows. The parity is computed in *parity units*,
+//! one per mapping unit of the destination (its blocks at the same offsets in every chunk);
+//! timing composition (docs/ssd.md, "Conversion command"):
 //!
 //! ```text
-//! start    = admit(t)                                   (queue slot + command_ns)
-//! in_dram  = max over source units of NAND read (sense + channel) or t for buffered units
-//! computed = max(in_dram, engine free) + engine_ns      (one engine per SSD, FIFO)
-//! done     = parity write issued at `computed` (buffer, or program when writing through),
-//!            and the zero writes of partly covered source units, also issued at `computed`
+//! start       = admit(t)                              (queue slot + command_ns)
+//! ready(b, j) = when block b of chunk j is in DRAM: its NAND read (sense + channel), issued
+//!               at start in stripe-row order, or start for buffered blocks
+//! computed(u) = max(max over j and b in u of ready(b, j), engine free) + engine_ns(u)
+//!               (parity units in order; one engine per SSD, first come first served)
+//! written(u)  = the write of parity unit u issued at computed(u) (buffer, or program when
+//!               writing through)
+//! done        = max over u of written(u), and the zero writes of partly covered source
+//!               units, issued when the last parity unit is computed
 //! ```
 //!
-//! No data crosses the host link. `engine_ns = convert_engine_ns_per_kib x source KiB`, where
-//! the source is the `k` data chunks (the metadata is encoded in the same pass, §5.4).
+//! No data crosses the host link. `engine_ns(u) = convert_engine_ns_per_kib x KiB of source
+//! in u` (the `k` data chunks' blocks; the metadata is encoded in the same pass, §5.4), rounded
+//! so that the units' times add up to the whole command's.
 
 use flashrig_blockdev::{ConvertCommand, DevError, DevResult, ParityType};
 use flashrig_erasure::Codec;
 use rustc_hash::FxHashMap;
 
-use super::{pieces, Controller};
+use super::{pieces, Controller, Piece};
 use crate::config::PayloadMode;
 
 /// Counters of the conversion command.
@@ -150,8 +157,8 @@ pub fn check_convert(num_blocks: u64, cmd: &ConvertCommand) -> DevResult<(usize,
 }
 
 impl Controller {
-    /// Executes a conversion submitted at `t0`; returns when it completes (when its parity
-    /// write completes). See the module documentation for the timing.
+    /// Executes a conversion submitted at `t0`; returns when it completes (when the last of
+    /// its parity units is written). See the module documentation for the timing.
     pub fn convert(&mut self, t0: u64, cmd: &ConvertCommand) -> DevResult<u64> {
         let (k, row) = check_convert(self.layout.num_blocks, cmd)?;
         self.ftl.background(t0)?;
@@ -160,21 +167,55 @@ impl Controller {
         let mdb = self.md_bytes();
         let blocks = cmd.chunk_blocks as usize;
         let (chunk_bytes, chunk_md) = (blocks * bs, blocks * mdb);
+        let bpi = self.layout.blocks_per_iu;
 
         // 1. The sources into DRAM: from the write buffer where it holds them, from NAND
-        //    otherwise, as a host read gathers them (but nothing crosses the host link).
+        //    otherwise, as a host read gathers them (but nothing crosses the host link). The
+        //    reads are issued in stripe-row order, the order the engine consumes them: the
+        //    first mapping unit of every chunk, then the second of every chunk, and so on
+        //    (by offset in the chunk, then chunk). Each channel and plane serves its
+        //    operations in the order they were issued, so this delivers the first parity
+        //    unit's inputs first; chunk after chunk would deliver the last chunk's first unit
+        //    only after every earlier chunk's pages on its channel. `ready[j * blocks + i]` is
+        //    when block `i` of chunk `j` is in DRAM.
         let mut data = vec![0u8; k * chunk_bytes];
         let mut md = vec![0u8; k * chunk_md];
-        let mut in_dram = t;
+        let mut ready = vec![t; k * blocks];
+        let mut reads: Vec<(usize, Piece)> = Vec::new();
         for (j, &src) in cmd.src.iter().enumerate() {
-            let d = &mut data[j * chunk_bytes..(j + 1) * chunk_bytes];
-            let m = (mdb > 0).then(|| &mut md[j * chunk_md..(j + 1) * chunk_md]);
-            in_dram = in_dram.max(self.gather(t, src, d, m)?);
+            reads.extend(pieces(src, blocks as u64, bpi).map(|p| (j, p)));
+        }
+        reads.sort_by_key(|&(j, p)| (p.offset, j));
+        for &(j, p) in &reads {
+            let range = j * blocks + p.offset..j * blocks + p.offset + p.count as usize;
+            let d = &mut data[range.start * bs..range.end * bs];
+            let m = (mdb > 0).then(|| &mut md[range.start * mdb..range.end * mdb]);
+            let lba = cmd.src[j] + p.offset as u64;
+            let at = self.gather(t, lba, d, m)?;
+            ready[range].fill(at);
         }
 
-        // 2. The engine: parity of the data, and of the metadata (block i's metadata of every
-        //    chunk encoded together), in one pass costing the data's KiB.
-        let computed = self.engine.run(in_dram, self.engine.busy_ns(k * chunk_bytes));
+        // 2. The engine, one parity unit at a time: the blocks of one mapping unit of the
+        //    destination, started when those blocks of every source chunk are in DRAM and the
+        //    engine is free (one engine per SSD, first come first served). A unit costs the
+        //    engine time of its source bytes; the costs are rounded cumulatively so that they
+        //    add up to the whole command's `busy_ns`.
+        let rows: Vec<Piece> = pieces(cmd.dst, blocks as u64, bpi).collect();
+        let mut computed = Vec::with_capacity(rows.len());
+        let mut charged = 0u64;
+        for p in &rows {
+            let end = p.offset + p.count as usize;
+            let inputs = (0..k).flat_map(|j| ready[j * blocks + p.offset..j * blocks + end].iter());
+            let at = inputs.copied().max().unwrap_or(t);
+            let total = self.engine.busy_ns(k * end * bs);
+            computed.push(self.engine.run(at, total - charged));
+            charged = total;
+        }
+        let all_computed = computed.last().copied().unwrap_or(t);
+
+        // The parity of the data, and of the metadata (block i's metadata of every chunk
+        // encoded together), as one pass over the whole chunk: the bytes do not depend on
+        // the order the engine's time was charged in.
         let mut parity = vec![0u8; chunk_bytes];
         let mut parity_md = vec![0u8; chunk_md];
         // Bytes of each block that can be nonzero in what the reads returned: all of them in
@@ -200,18 +241,19 @@ impl Controller {
             self.engine.encode(k, row, &md, &mut parity_md)?;
         }
 
-        // 3. The parity through the normal write path (not transient, not FUA).
-        let mut done = computed;
-        for p in pieces(cmd.dst, blocks as u64, self.layout.blocks_per_iu) {
+        // 3. Each parity unit through the normal write path (not transient, not FUA) as soon
+        //    as the engine has computed it.
+        let mut done = all_computed;
+        for (p, &at) in rows.iter().zip(&computed) {
             let range = p.offset..p.offset + p.count as usize;
             let d = &parity[range.start * bs..range.end * bs];
             let m = (mdb > 0).then(|| &parity_md[range.start * mdb..range.end * mdb]);
-            done = done.max(self.write_piece(computed, p, d, m, 0, false)?);
+            done = done.max(self.write_piece(at, *p, d, m, 0, false)?);
         }
 
-        // 4. The sources invalidated, as a trim does.
+        // 4. The sources invalidated, as a trim does, once the engine has consumed them.
         for &src in &cmd.src {
-            done = done.max(self.deallocate(computed, src, blocks as u64)?);
+            done = done.max(self.deallocate(all_computed, src, blocks as u64)?);
         }
 
         let c = &mut self.engine.counters;
