@@ -209,7 +209,9 @@ pub struct Firmware {
     pub queue_depth: u32,
     /// Host link bandwidth in MB/s (PCIe); 0 means instantaneous transfer.
     pub host_mb_per_s: f64,
-    /// Fixed controller time per command.
+    /// Controller time per command. The controller processes commands one at a time (one
+    /// timeline per device), so this is also a ceiling of `1e9 / command_ns` commands per
+    /// second; 0 models no controller time.
     pub command_ns: u64,
     /// DRAM write-buffer size; 0 writes through to NAND.
     pub buffer_bytes: u64,
@@ -554,6 +556,32 @@ mod tests {
         for bad in [-1.0, f64::NAN, f64::INFINITY, 2e9] {
             cfg.firmware.convert_engine_ns_per_kib = bad;
             assert!(cfg.validate().unwrap_err().contains("firmware.convert_engine_ns_per_kib"));
+        }
+    }
+
+    #[test]
+    fn derived_device_costs_follow_their_arithmetic() {
+        // scalaafa-femu: 96 LUNs x 4 KiB pages programming in parallel at §6.1's configured
+        // 4890 MB/s peak write.
+        let femu = SsdConfig::preset("scalaafa-femu").unwrap();
+        let luns = femu.geometry.planes() as f64;
+        let page = femu.geometry.page_bytes as f64;
+        for &p in &femu.nand.program_ns {
+            assert!((luns * page / (p as f64 * 1e-9) / 1e6 - 4890.0).abs() < 0.1, "{p} ns");
+        }
+        // Controller times from peak random 4 KiB IOPS: 1 s / rating.
+        for (name, iops) in [("samsung-980pro", 1e6f64), ("p5800x", 1.5e6), ("p5316-qlc", 8e5)] {
+            let f = SsdConfig::preset(name).unwrap().firmware;
+            assert_eq!(f.command_ns, (1e9 / iops).round() as u64, "{name}");
+        }
+        // p5800x: the brief's ~5 us latency is controller + media + two 4 KiB transfers (520 ns
+        // each at 7876.9 MB/s).
+        let x = SsdConfig::preset("p5800x").unwrap();
+        assert_eq!(x.nand.read_ns[0] + x.firmware.command_ns + 2 * 520, 5000);
+        // Emulators without a host link or controller time keep none.
+        for name in ["scalaafa-femu", "qlc-femu"] {
+            let f = SsdConfig::preset(name).unwrap().firmware;
+            assert_eq!((f.host_mb_per_s, f.command_ns), (0.0, 0), "{name}");
         }
     }
 
