@@ -1,25 +1,9 @@
-//! flashrig as a library: configuration, stack building, workloads and results. The
-//! `flashrig` binary is a thin command-line layer over this.
+//! flashrig as a library. The code lives in `flashrig-frontends` (configuration, stack
+//! building, workloads, results) and `flashrig-lab` (reproductions of papers); this crate holds
+//! the `flashrig` binary and re-exports both, so `flashrig::config`, `flashrig::run` and the
+//! other paths that users and the integration tests name keep working.
 
-pub mod bench;
-pub mod calibrate;
-pub mod config;
-pub mod crashcheck;
-pub mod distribution;
-pub mod error;
-pub mod fiojob;
-pub mod replay;
-pub mod report;
-pub mod reproduce;
-pub mod run;
-pub mod serve;
-pub mod size;
-pub mod ssdlab;
-pub mod stack;
-pub mod sweep;
-pub mod tracecmd;
-pub mod workload;
-
-pub use config::Config;
-pub use error::Error;
-pub use run::{run, RunOutput};
+pub use flashrig_frontends::*;
+pub use flashrig_lab as lab;
+/// `flashrig reproduce scalaafa`, under the name it had before the lab crate existed.
+pub use flashrig_lab::scalaafa as reproduce;

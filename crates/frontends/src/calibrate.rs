@@ -553,12 +553,13 @@ impl Calibration {
         self.concat_4k_ns - self.submit_4k_ns
     }
 
-    /// The kernel profile with this machine's measured figures (request and member I/O costs
-    /// stay derived from the paper).
+    /// The kernel profile with this machine's measured figures (request, member I/O and
+    /// synchronisation costs stay derived from the paper).
     pub fn kernel(&self) -> HostCosts {
         HostCosts {
             request_ns: flashrig_runtime::cost::KERNEL_REQUEST_NS,
             member_io_ns: flashrig_runtime::cost::KERNEL_MEMBER_IO_NS,
+            sync_ns_by_threads: flashrig_runtime::cost::KERNEL_SYNC_NS.to_vec(),
             ..self.measured_common()
         }
     }
@@ -581,6 +582,7 @@ impl Calibration {
             map_update_ns: ns(self.map_update_vec_ns),
             lock_handoff_ns: ns(self.lock_handoff_ns),
             lock_hold_ns: ns(self.lock_hold_ns),
+            sync_ns_by_threads: Vec::new(),
         }
     }
 

@@ -26,12 +26,12 @@ use std::time::Instant;
 
 use flashrig_ssd::SsdConfig;
 
-use crate::config::{Config, DeviceConfig};
-use crate::error::Error;
-use crate::replay::{ReplayConfig, ReplayMode};
-use crate::report::{self, Run, Series};
-use crate::size::Size;
-use crate::tracecmd::{self, Table2Row, TABLE2};
+use flashrig_frontends::config::{Config, DeviceConfig};
+use flashrig_frontends::error::Error;
+use flashrig_frontends::replay::{ReplayConfig, ReplayMode};
+use flashrig_frontends::report::{self, Run, Series};
+use flashrig_frontends::size::Size;
+use flashrig_frontends::tracecmd::{self, Table2Row, TABLE2};
 
 /// How much to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -369,13 +369,13 @@ fn prepare(mut cfg: Config, mode: Mode) -> Result<Config, Error> {
     Ok(cfg)
 }
 
-fn experiment(name: &str) -> Result<Vec<crate::sweep::Case>, Error> {
+fn experiment(name: &str) -> Result<Vec<flashrig_frontends::sweep::Case>, Error> {
     let text = EXPERIMENTS
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, t)| *t)
         .ok_or_else(|| Error::Input(format!("no experiment {name}")))?;
-    crate::sweep::expand(text, Path::new(&format!("configs/experiments/scalaafa/{name}.toml")))
+    flashrig_frontends::sweep::expand(text, Path::new(&format!("configs/experiments/scalaafa/{name}.toml")))
 }
 
 /// Builds every run of every figure.
@@ -424,7 +424,7 @@ fn plan(opts: &Options) -> Result<Plan, Error> {
             continue;
         }
         let cfg = prepare(case.config, mode)?;
-        if let Some((one, _, _)) = crate::sweep::single_member_config(&cfg) {
+        if let Some((one, _, _)) = flashrig_frontends::sweep::single_member_config(&cfg) {
             p.add(Key::Single { threads }, format!("ssd-alone-t{threads}"), one, 0.3);
         }
     }
@@ -435,7 +435,7 @@ fn plan(opts: &Options) -> Result<Plan, Error> {
         .into_iter()
         .find(|c| c.config.workload.jobs == 1)
         .ok_or_else(|| Error::Input("fig11-threads has no one-thread case".into()))?;
-    let (one, _, _) = crate::sweep::single_member_config(&base.config)
+    let (one, _, _) = flashrig_frontends::sweep::single_member_config(&base.config)
         .ok_or_else(|| Error::Input("fig11-threads: members are not SSDs".into()))?;
     for long in [false, true] {
         let full_ms = mode.runtime_ms() * mode.divisor() * if long { 3 } else { 1 };
@@ -605,7 +605,7 @@ fn run_jobs(jobs: &[Job], results: &Path, workers: usize, quiet: bool) -> Vec<Do
                 let path = results.join(format!("{}.json", file_label(&job.label)));
                 let started = Instant::now();
                 let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    crate::run::run(&job.config)
+                    flashrig_frontends::run::run(&job.config)
                 }));
                 let error = match outcome {
                     Ok(Ok(out)) if out.summary.errors == 0 => {
@@ -1807,7 +1807,7 @@ fn render_setup(out: &mut String, r: &Results, div: u64) {
         let layout = |c: &SsdConfig| flashrig_ssd::media::Layout::new(c).ok();
         let (lf, lc) = (layout(f), layout(c));
         let cap = |l: &Option<flashrig_ssd::media::Layout>| {
-            l.as_ref().map_or(String::new(), |l| crate::run::human_bytes(l.capacity_bytes() as f64))
+            l.as_ref().map_or(String::new(), |l| flashrig_frontends::run::human_bytes(l.capacity_bytes() as f64))
         };
         let slc = |c: &SsdConfig, l: &Option<flashrig_ssd::media::Layout>| {
             l.as_ref().map_or(String::new(), |l| {
