@@ -42,6 +42,12 @@ pub struct HostCosts {
     pub lock_handoff_ns: u64,
     /// How long the engine holds its shared lock per request (mdraid's device lock).
     pub lock_hold_ns: u64,
+    /// Synchronisation among the I/O threads per user request, by the number of threads
+    /// (reactors) issuing: `(threads, ns)` points, interpolated linearly between them and
+    /// extended beyond the last with the last segment's slope; empty: none. The kernel
+    /// profile's points are derived from FusionRAID's measured scaling (§3.1); see
+    /// [`KERNEL_SYNC_NS`].
+    pub sync_ns_by_threads: Vec<(u32, u64)>,
 }
 
 impl Default for HostCosts {
@@ -55,6 +61,7 @@ impl Default for HostCosts {
             map_update_ns: 0,
             lock_handoff_ns: 0,
             lock_hold_ns: 0,
+            sync_ns_by_threads: Vec::new(),
         }
     }
 }
@@ -74,13 +81,33 @@ pub const FSR_REP_BLOCK_LAYER_SHARE: f64 = 0.188;
 /// replica bios to members. The block-layer share is split evenly over them.
 pub const FSR_REP_BIOS_PER_REQUEST: f64 = 3.0;
 
-/// Kernel profile, a user request's entry: its context switches, 13 653.3 ns x 0.356 =
-/// 4 860.6 ns, plus its own bio's block-layer share, 13 653.3 ns x 0.188 / 3 = 855.6 ns;
-/// 5 716.2 ns, rounded.
-pub const KERNEL_REQUEST_NS: u64 = 5_716;
+/// Share of that thread time in the AFA engine itself and "Other" (`scalaafa-atc24.txt` §3.1:
+/// I/O 20.8%, preAFA + postAFA 54.4%; the rest, 100 - 20.8 - 54.4 = 24.8%).
+pub const FSR_REP_AFA_OTHER_SHARE: f64 = 0.248;
+/// FSR-Rep's 64 KiB sequential write throughput on 4+1 Samsung 980 Pro with 1, 2 and 8 I/O
+/// threads (`scalaafa-atc24.txt` §3.1: "FSR-Rep achieves 4.8 GB/s and 7.2 GB/s write
+/// throughput with 1 and 2 threads", "FSR-Rep achieves 12.2 GB/s with 8 threads").
+pub const FSR_REP_GBPS_BY_THREADS: [(u32, f64); 3] = [(1, 4.8), (2, 7.2), (8, 12.2)];
+
+/// Kernel profile, a user request's entry: every CPU share of FusionRAID's one-thread
+/// breakdown but the I/O stall and the member bios' block-layer shares: context switches,
+/// 13 653.3 ns x 0.356 = 4 860.6 ns; its own bio's block-layer share, 13 653.3 ns x 0.188 / 3
+/// = 855.6 ns; the AFA engine and "Other", 13 653.3 ns x 0.248 = 3 386.0 ns; 9 102.2 ns,
+/// rounded. With the two replica bios ([`KERNEL_MEMBER_IO_NS`] each) a replicated 64 KiB
+/// write costs 10 814 ns, 79.2% of the thread's 13 653.3 ns.
+pub const KERNEL_REQUEST_NS: u64 = 9_102;
 /// Kernel profile, one member bio: its block-layer share, 13 653.3 ns x 0.188 / 3 = 855.6 ns,
 /// rounded.
 pub const KERNEL_MEMBER_IO_NS: u64 = 856;
+/// Kernel profile, synchronisation among I/O threads per request, by threads: a thread's time
+/// per 64 KiB request at T threads is T x 65 536 B / throughput(T) ([`FSR_REP_GBPS_BY_THREADS`]):
+/// 13 653.3 ns at 1, 18 204.4 ns at 2, 42 974.8 ns at 8; the increment over one thread is what
+/// the threads spend synchronising (the paper: "inter-thread synchronization (i.e., Other)
+/// dominates"): 0, 4 551.1 and 29 321.4 ns, rounded. At 8 threads that is 68% of the thread's
+/// time, beside the slides' "Lock issue: 72.2%". Beyond 8 threads the cost grows with the
+/// 2-to-8 slope (4 128.4 ns per thread), an extrapolation: the paper measured no point there
+/// (it says only that more threads degrade the throughput).
+pub const KERNEL_SYNC_NS: [(u32, u64); 3] = [(1, 0), (2, 4_551), (8, 29_321)];
 
 // Measured by `flashrig calibrate` (release build) on the development machine: 2 vCPUs of an
 // AMD EPYC under KVM (1 MiB L2 per core, 32 MiB L3), 2026-11-23, 16:17-16:21 UTC, five full
@@ -127,9 +154,11 @@ impl HostCosts {
     ///
     /// `request_ns` ([`KERNEL_REQUEST_NS`]) and `member_io_ns` ([`KERNEL_MEMBER_IO_NS`]) are
     /// derived from ScalaAFA's breakdown of FusionRAID's replication phase with one I/O thread
-    /// (Fig. 3a, `scalaafa-slides.txt` lines 40-55): context switches and block layer. The AFA
-    /// engine's own share (and "Other") is left to the engine's modelled costs (copy, parity,
-    /// mapping, locks), and the I/O share is the devices' time. The other fields are measured
+    /// (Fig. 3a, `scalaafa-slides.txt` lines 40-55): every CPU share but the I/O stall, which
+    /// is the devices' time. `sync_ns_by_threads` ([`KERNEL_SYNC_NS`]) is derived from the same
+    /// engine's throughput at 1, 2 and 8 threads. These are measurements of a baseline's costs
+    /// on 980 Pro SSDs, used as inputs for every kernel engine (mdraid too, and on FEMU SSDs):
+    /// an assumption, stated in docs/cost-model.md. The other fields are measured
     /// on this machine by `flashrig calibrate` ([`MEASURED_PARITY_NS_PER_KIB`],
     /// [`MEASURED_COPY_NS_PER_KIB`], [`MEASURED_MAP_UPDATE_NS`], [`MEASURED_LOCK_HANDOFF_NS`],
     /// [`MEASURED_LOCK_HOLD_NS`]).
@@ -142,6 +171,7 @@ impl HostCosts {
             map_update_ns: MEASURED_MAP_UPDATE_NS,
             lock_handoff_ns: MEASURED_LOCK_HANDOFF_NS,
             lock_hold_ns: MEASURED_LOCK_HOLD_NS,
+            sync_ns_by_threads: KERNEL_SYNC_NS.to_vec(),
         }
     }
 
@@ -161,6 +191,7 @@ impl HostCosts {
             map_update_ns: MEASURED_MAP_UPDATE_NS,
             lock_handoff_ns: MEASURED_LOCK_HANDOFF_NS,
             lock_hold_ns: MEASURED_LOCK_HOLD_NS,
+            sync_ns_by_threads: Vec::new(),
         }
     }
 
@@ -174,9 +205,33 @@ impl HostCosts {
         }
     }
 
-    /// Charges a user request's entry into the engine.
+    /// Synchronisation cost per request with `threads` I/O threads (see
+    /// [`HostCosts::sync_ns_by_threads`]).
+    pub fn sync_ns(&self, threads: usize) -> u64 {
+        let p = &self.sync_ns_by_threads;
+        let t = threads as f64;
+        let Some(&(first_t, first_ns)) = p.first() else { return 0 };
+        if p.len() == 1 || t <= first_t as f64 {
+            return first_ns;
+        }
+        let seg = p
+            .windows(2)
+            .find(|w| t <= w[1].0 as f64)
+            .unwrap_or(&p[p.len() - 2..]);
+        let ((t0, y0), (t1, y1)) = (seg[0], seg[1]);
+        let slope = (y1 as f64 - y0 as f64) / (t1 as f64 - t0 as f64).max(1.0);
+        (y0 as f64 + slope * (t - t0 as f64)).round().max(0.0) as u64
+    }
+
+    /// Charges a user request's entry into the engine, with the synchronisation among the
+    /// runtime's reactors (every reactor of a kernel baseline's run is an I/O thread).
     pub async fn charge_request(&self) {
-        charge_cpu_ns(self.request_ns).await
+        let sync = if self.sync_ns_by_threads.is_empty() {
+            0
+        } else {
+            self.sync_ns(crate::num_reactors())
+        };
+        charge_cpu_ns(self.request_ns + sync).await
     }
     /// Charges `n` member I/Os.
     pub async fn charge_member_ios(&self, n: u64) {

@@ -13,9 +13,9 @@
 use std::sync::Arc;
 
 use flashrig_runtime::cost::{
-    SharedLockModel, FSR_REP_BIOS_PER_REQUEST, FSR_REP_BLOCK_LAYER_SHARE,
-    FSR_REP_CONTEXT_SWITCH_SHARE, FSR_REP_THREAD_NS_PER_REQUEST, KERNEL_MEMBER_IO_NS,
-    KERNEL_REQUEST_NS,
+    SharedLockModel, FSR_REP_AFA_OTHER_SHARE, FSR_REP_BIOS_PER_REQUEST,
+    FSR_REP_BLOCK_LAYER_SHARE, FSR_REP_CONTEXT_SWITCH_SHARE, FSR_REP_GBPS_BY_THREADS,
+    FSR_REP_THREAD_NS_PER_REQUEST, KERNEL_MEMBER_IO_NS, KERNEL_REQUEST_NS, KERNEL_SYNC_NS,
 };
 use flashrig_runtime::{now_ns, run, spawn, spawn_on, HostCosts, RuntimeKind};
 
@@ -28,6 +28,7 @@ fn costs() -> HostCosts {
         map_update_ns: 7,
         lock_handoff_ns: 300,
         lock_hold_ns: 1_000,
+        sync_ns_by_threads: Vec::new(),
     }
 }
 
@@ -251,6 +252,7 @@ fn real_runtime_charges_and_passes_return_at_once() {
             map_update_ns: hour,
             lock_handoff_ns: hour,
             lock_hold_ns: hour,
+            sync_ns_by_threads: vec![(1, hour), (2, 2 * hour)],
         };
         let mut n = 0;
         for _ in 0..100 {
@@ -276,15 +278,49 @@ fn real_runtime_charges_and_passes_return_at_once() {
 }
 
 #[test]
+fn a_request_pays_the_synchronisation_of_the_runtimes_threads() {
+    // The same request costs request_ns alone on one reactor and request_ns + sync(4) on four.
+    let c = HostCosts { sync_ns_by_threads: vec![(1, 0), (2, 1_000), (8, 7_000)], ..costs() };
+    for (reactors, want) in [(1, 5_000), (4, 5_000 + 3_000)] {
+        let c = c.clone();
+        let (took, _) = run(RuntimeKind::Sim, reactors, move || async move {
+            let t = now_ns();
+            c.charge_request().await;
+            now_ns() - t
+        });
+        assert_eq!(took, want, "{reactors} reactors");
+    }
+}
+
+#[test]
 fn kernel_profile_follows_its_documented_arithmetic() {
     // 65536 B / 4.8 GB/s = 13 653.3 ns of thread time per 64 KiB request.
     assert!((FSR_REP_THREAD_NS_PER_REQUEST - 13_653.333).abs() < 0.001);
-    let bio = FSR_REP_THREAD_NS_PER_REQUEST * FSR_REP_BLOCK_LAYER_SHARE / FSR_REP_BIOS_PER_REQUEST;
-    let request = FSR_REP_THREAD_NS_PER_REQUEST * FSR_REP_CONTEXT_SWITCH_SHARE + bio;
+    let t = FSR_REP_THREAD_NS_PER_REQUEST;
+    let bio = t * FSR_REP_BLOCK_LAYER_SHARE / FSR_REP_BIOS_PER_REQUEST;
+    let request = t * FSR_REP_CONTEXT_SWITCH_SHARE + bio + t * FSR_REP_AFA_OTHER_SHARE;
     assert_eq!(KERNEL_REQUEST_NS, request.round() as u64);
     assert_eq!(KERNEL_MEMBER_IO_NS, bio.round() as u64);
+    // Every share but the I/O stall (20.8%): 79.2% of the thread per replicated request.
+    let replicated = KERNEL_REQUEST_NS + 2 * KERNEL_MEMBER_IO_NS;
+    assert!((replicated as f64 / t - 0.792).abs() < 0.001, "{replicated}");
+    // Synchronisation: thread time per request at T threads minus one thread's.
+    let thread_ns = |threads: u32, gbps: f64| threads as f64 * 65_536.0 / gbps;
+    let (t1, g1) = FSR_REP_GBPS_BY_THREADS[0];
+    for (i, &(threads, gbps)) in FSR_REP_GBPS_BY_THREADS.iter().enumerate() {
+        let sync = thread_ns(threads, gbps) - thread_ns(t1, g1);
+        assert_eq!(KERNEL_SYNC_NS[i], (threads, sync.round() as u64));
+    }
     let k = HostCosts::kernel();
-    assert_eq!((k.request_ns, k.member_io_ns), (5_716, 856));
+    assert_eq!((k.request_ns, k.member_io_ns), (9_102, 856));
+    assert_eq!(k.sync_ns_by_threads, KERNEL_SYNC_NS.to_vec());
+    // Interpolated between the measured points, extended with the last slope, none alone.
+    assert_eq!(k.sync_ns(1), 0);
+    assert_eq!(k.sync_ns(2), 4_551);
+    assert_eq!(k.sync_ns(5), 4_551 + (29_321 - 4_551) / 2);
+    assert_eq!(k.sync_ns(8), 29_321);
+    assert_eq!(k.sync_ns(12), 29_321 + ((29_321 - 4_551) as f64 * 4.0 / 6.0).round() as u64);
+    assert_eq!(HostCosts::user().sync_ns(8), 0);
     // The measured figures are committed (nonzero) and shared by both profiles.
     let u = HostCosts::user();
     for p in [&k, &u] {
