@@ -4,7 +4,8 @@
 //! Order of a checkpoint (on the space manager's reactor, under its work lock, so no grant
 //! happens meanwhile):
 //! 1. recycled HHs (pending) join the free pool, and the grant window is refilled from it;
-//! 2. the scan list is every stripe granted, open, full or in the window;
+//! 2. the scan list is every stripe granted, open, full, converting or in the window (a
+//!    conversion in flight may not have its parity on the members yet, so recovery checks it);
 //! 3. the AMT is snapshot (every entry in it was written by a completed write);
 //! 4. the members are flushed (the snapshot's data is durable), the checkpoint is written to
 //!    slot `seq % 2` of m + 1 live members (rotating), and the members are flushed again.
@@ -41,7 +42,12 @@ impl Inner {
             let seq = mgr.ckpt_seq;
             drop(mgr);
             let scan: Vec<u32> = (0..g.hh)
-                .filter(|&s| matches!(self.t.state(s), state::HELD | state::OPEN | state::FULL))
+                .filter(|&s| {
+                    matches!(
+                        self.t.state(s),
+                        state::HELD | state::OPEN | state::FULL | state::CONVERTING
+                    )
+                })
                 .map(|s| s as u32)
                 .collect();
             let journal = self.journal_pos.load(Relaxed);

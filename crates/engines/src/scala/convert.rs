@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use flashrig_blockdev::{ConvertCommand, DevResult, ParityType, VendorCommand, WriteHints};
-use flashrig_runtime::sleep_ns;
+use flashrig_runtime::{now_ns, sleep_ns};
 use futures_util::future::join_all;
 
 use super::tables::{state, NONE};
@@ -25,6 +25,7 @@ pub(crate) type Chunks = Vec<Vec<u8>>;
 impl Inner {
     /// Converts stripe `s` (a full or closed hero group) and recycles its VHs.
     pub(crate) async fn convert_stripe(self: &Arc<Self>, s: u64) -> DevResult<()> {
+        let started_ns = now_ns();
         // Writes placed in the group before it filled may still be in flight.
         while self.t.inflight[s as usize].load(Relaxed) > 0 {
             sleep_ns(1_000).await;
@@ -66,6 +67,10 @@ impl Inner {
             self.t.set_state(s, state::CONVERTING);
             // The backup copies are garbage now: tell the members (an SSD invalidates them).
             let members = self.members.read().clone();
+            let live_vhs = (0..g.m)
+                .filter(|&i| vhs[i] != NONE && !self.is_failed(g.parity_member(s, i)))
+                .count();
+            self.opts.costs.charge_member_ios(live_vhs as u64).await;
             let trims = (0..g.m).filter(|&i| vhs[i] != NONE).map(|i| {
                 let p = g.parity_member(s, i);
                 let dev = members[p].clone();
@@ -81,6 +86,7 @@ impl Inner {
         }
         self.clear_vhs(s);
         self.t.set_state(s, state::CONVERTED);
+        self.c.convert_ns.add(now_ns() - started_ns);
         let mut mgr = self.mgr.lock();
         for (i, &v) in vhs.iter().enumerate() {
             if v != NONE {
@@ -113,6 +119,10 @@ impl Inner {
         let (parity, pmd) = self.encode(&data, &mds)?;
         self.opts.costs.charge_parity((g.k * chunk) as u64).await;
         self.c.parity_bytes.add((g.m * chunk) as u64);
+        // The m parity writes are member I/Os of the host's too (Scala-CO pays for them on the
+        // space manager's core, §6.5).
+        let live = (0..g.m).filter(|&i| !self.is_failed(g.parity_member(s, i))).count();
+        self.opts.costs.charge_member_ios(live as u64).await;
         self.write_parity_chunks(s, &parity, &pmd, None).await
     }
 

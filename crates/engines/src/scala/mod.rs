@@ -6,9 +6,11 @@
 //!
 //! Files, one per role: [`layout`] (heroes on the members), [`format`] (OOB records,
 //! checkpoints, trim journal), `tables` (AMT, HGMT: atomics shared by all reactors), `space`
-//! (the space manager: grants, recalls, conversion scheduling), `write` (replication phase with
-//! the placement policy, trims), `read` (normal and degraded reads), `convert` (offloaded and
-//! host conversion), `gc` (AFA-level GC), `checkpoint`, `recover` ([`Scala::open`]), `rebuild`.
+//! (the space manager's lists: grants, recalls, returns), `service` (the space manager's
+//! background work: when to convert, the conversions in flight, GC and checkpoint duties),
+//! `write` (replication phase with the placement policy, trims), `read` (normal and degraded
+//! reads), `convert` (offloaded and host conversion of one stripe), `gc` (AFA-level GC),
+//! `checkpoint`, `recover` ([`Scala::open`]), `rebuild`.
 
 pub mod format;
 pub mod layout;
@@ -19,6 +21,7 @@ mod gc;
 mod read;
 mod rebuild;
 mod recover;
+mod service;
 mod space;
 mod tables;
 mod write;
@@ -83,11 +86,19 @@ pub struct ScalaOptions {
     pub costs: Arc<HostCosts>,
     /// Fraction of the HHs kept back so AFA-level GC always has room.
     pub gc_reserve_fraction: f64,
-    /// Conversion starts when free VHs drop below this fraction of all VHs ("VHs are running
-    /// out", §5.3) ...
+    /// Background conversion runs while free VHs are below this fraction of all VHs ("heroes
+    /// are running out", §5.2) ...
     pub vh_low_fraction: f64,
-    /// ... or when no user write arrived for this long ("the host is idle").
+    /// ... or once no user request (read, write, trim, flush) has been outstanding for this
+    /// long ("the CPU is idle", §5.2). A device that stalls with requests in flight is not an
+    /// idle host.
     pub idle_ns: u64,
+    /// Conversions in flight at once (each one vendor command per parity member, or one host
+    /// conversion). `None`: two per member when offloaded (one converting while the next one's
+    /// sources are read), two when the host converts (one computing on the space manager's
+    /// core while the other's I/O is in flight, so a grant waits behind at most one
+    /// conversion's CPU work).
+    pub convert_depth: Option<usize>,
     /// Grant-window size in HHs: what the space manager may grant before the next checkpoint,
     /// and what recovery scans. `None`: 4 grants' worth per I/O reactor, at most a quarter of
     /// the HHs.
@@ -109,6 +120,7 @@ impl ScalaOptions {
             gc_reserve_fraction: 0.05,
             vh_low_fraction: 0.25,
             idle_ns: 1_000_000,
+            convert_depth: None,
             window_heroes: None,
         }
     }
@@ -149,7 +161,15 @@ pub(crate) struct Counters {
     manager_messages: Arc<Counter>,
     conversions_ssd: Arc<Counter>,
     conversions_host: Arc<Counter>,
+    conversions_low: Arc<Counter>,
+    conversions_idle: Arc<Counter>,
+    conversions_grant: Arc<Counter>,
+    conversions_drain: Arc<Counter>,
+    service_runs: Arc<Counter>,
     convert_commands: Arc<Counter>,
+    /// Time conversions took, from the start (waiting for the stripe's writes in flight) to
+    /// the VHs' recycling, summed over conversions.
+    convert_ns: Arc<Counter>,
     parity_bytes: Arc<Counter>,
     gc_runs: Arc<Counter>,
     gc_stripes: Arc<Counter>,
@@ -187,7 +207,13 @@ impl Counters {
             manager_messages: r.counter("manager_messages"),
             conversions_ssd: r.counter("conversions_ssd"),
             conversions_host: r.counter("conversions_host"),
+            conversions_low: r.counter("conversions_low"),
+            conversions_idle: r.counter("conversions_idle"),
+            conversions_grant: r.counter("conversions_grant"),
+            conversions_drain: r.counter("conversions_drain"),
+            service_runs: r.counter("service_runs"),
             convert_commands: r.counter("convert_commands"),
+            convert_ns: r.counter("convert_ns"),
             parity_bytes: r.counter("parity_bytes"),
             gc_runs: r.counter("gc_runs"),
             gc_stripes: r.counter("gc_stripes"),
@@ -226,13 +252,22 @@ pub(crate) struct Inner {
     /// The space manager's state; only the space manager's reactor touches it.
     mgr: Mutex<Manager>,
     sm_reactor: usize,
-    /// Serialises the space manager's multi-step work (conversion, GC, checkpoints, rebuild)
-    /// on its reactor.
+    /// Serialises the space manager's multi-step work (grants, GC, checkpoints, rebuild) on
+    /// its reactor. Conversions do not take it: they run in the background beside grants.
     sm_work: StripeLocks,
-    /// A service pass of the space manager is scheduled.
+    /// The service task is running or scheduled (there is at most one).
     sm_kicked: AtomicBool,
-    /// When the last user write arrived (idle detection).
-    last_write_ns: AtomicU64,
+    /// Service tasks running right now, and the most ever (a check that there is one).
+    services_running: AtomicUsize,
+    services_max: AtomicUsize,
+    /// Wakes the service: a hero group filled, a conversion finished, a grant waits.
+    sm_event: event_listener::Event,
+    /// Wakes tasks waiting for conversions (grants, drains): a conversion finished or full
+    /// groups arrived in the queue.
+    vh_event: event_listener::Event,
+    /// User requests outstanding at the array, and since when none has been (idle detection).
+    user_inflight: AtomicU64,
+    idle_since_ns: AtomicU64,
     /// The member being rebuilt (`usize::MAX`: none) and how many stripes it has back.
     rebuilding: AtomicUsize,
     rebuild_cursor: AtomicU64,
@@ -372,7 +407,12 @@ impl Scala {
             sm_reactor,
             sm_work: StripeLocks::default(),
             sm_kicked: AtomicBool::new(false),
-            last_write_ns: AtomicU64::new(0),
+            services_running: AtomicUsize::new(0),
+            services_max: AtomicUsize::new(0),
+            sm_event: event_listener::Event::new(),
+            vh_event: event_listener::Event::new(),
+            user_inflight: AtomicU64::new(0),
+            idle_since_ns: AtomicU64::new(0),
             rebuilding: AtomicUsize::new(usize::MAX),
             rebuild_cursor: AtomicU64::new(0),
             journal_pos: AtomicU64::new(0),
@@ -507,6 +547,8 @@ impl BlockDevice for Scala {
         r.set_value("free_vh", s.free_vh as f64);
         r.set_value("converted_stripes", s.converted_stripes as f64);
         r.set_value("full_stripes", s.full_stripes as f64);
+        r.set_value("conversions_in_flight_max", self.inner.mgr.lock().converting_max as f64);
+        r.set_value("service_tasks_max", self.inner.services_max.load(Ordering::SeqCst) as f64);
         let user = self.inner.c.user_write_bytes.get();
         if user > 0 {
             r.set_value(
@@ -526,6 +568,7 @@ impl BlockDevice for Scala {
             return Err(DevError::Unsupported { command: "per-block metadata" });
         }
         check_io(&self.inner.info, lba, buf.len(), None)?;
+        let _io = self.inner.user_io();
         self.inner.read(lba, buf).await
     }
 
@@ -540,11 +583,13 @@ impl BlockDevice for Scala {
             return Err(DevError::Unsupported { command: "per-block metadata" });
         }
         check_io(&self.inner.info, lba, data.len(), None)?;
+        let _io = self.inner.user_io();
         self.inner.clone().write(lba, data, hints).await
     }
 
     async fn flush(&self) -> DevResult<()> {
         self.inner.c.flushes.inc();
+        let _io = self.inner.user_io();
         self.inner.flush_members().await
     }
 
@@ -553,6 +598,7 @@ impl BlockDevice for Scala {
         if num_blocks == 0 {
             return Ok(());
         }
+        let _io = self.inner.user_io();
         self.inner.clone().trim(lba, num_blocks).await
     }
 }

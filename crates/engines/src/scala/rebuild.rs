@@ -80,7 +80,7 @@ impl Inner {
                     mgr.vh_free[mem].push_back(v);
                 }
             }
-            self.convert_full().await?;
+            self.drain_conversions().await?;
             // The replacement's superblock, and its copy of the current checkpoint is written
             // by the next checkpoint.
             let mut sb = vec![0u8; self.bs()];

@@ -10,7 +10,8 @@
 //! - **return** (D): a reactor gives its unused heroes back ([`Inner::return_heroes`], on
 //!   shutdown and on [`super::Scala::close`]).
 //! - **recycle after conversion** (E): full hero groups wait in their reactor's list; the
-//!   manager collects them, converts them, and takes their VHs back.
+//!   manager collects them and converts them in the background (`service`), and takes their
+//!   VHs back.
 //! - **recall**: when nothing is left to grant, the manager asks every other reactor for part of
 //!   its unused heroes, less from reactors that asked for heroes more often lately.
 //! - **AFA-level GC**: stripes whose data was overwritten are drained and their HHs recycled
@@ -25,7 +26,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use flashrig_blockdev::{DevError, DevResult};
-use flashrig_runtime::{current_reactor, now_ns, sleep_ns, spawn_on};
+use flashrig_runtime::{current_reactor, spawn_on};
 use futures_util::future::join_all;
 
 use super::layout::ScalaGeometry;
@@ -81,6 +82,19 @@ pub struct Manager {
     pub ckpt_seq: u64,
     /// Full hero groups collected from the reactors, not converted yet.
     pub to_convert: VecDeque<u64>,
+    /// Collections of the reactors' full lists on their way (by message): until they land,
+    /// an empty queue does not mean that nothing is left to convert.
+    pub collecting: usize,
+    /// Conversions in flight, and the most ever.
+    pub converting: usize,
+    pub converting_max: usize,
+    /// Grants waiting for conversions to free VHs, and drains (shutdown, rebuild) waiting for
+    /// every conversion: either makes conversion run whatever the idle and VH triggers say.
+    pub grants_waiting: usize,
+    pub draining: usize,
+    /// The first error a background conversion met (a member failure beyond m); grants and
+    /// drains report it, since no later conversion can succeed either.
+    pub convert_error: Option<DevError>,
 }
 
 impl Manager {
@@ -93,6 +107,12 @@ impl Manager {
             requests: vec![0; reactors],
             ckpt_seq: 0,
             to_convert: VecDeque::new(),
+            collecting: 0,
+            converting: 0,
+            converting_max: 0,
+            grants_waiting: 0,
+            draining: 0,
+            convert_error: None,
         }
     }
 }
@@ -106,7 +126,7 @@ pub struct Heroes {
 }
 
 impl Inner {
-    fn io_reactors(&self) -> usize {
+    pub(crate) fn io_reactors(&self) -> usize {
         self.reactors.len()
     }
 
@@ -158,24 +178,36 @@ impl Inner {
         Ok(())
     }
 
-    /// The space manager's side of a grant (runs on its reactor).
+    /// The space manager's side of a grant (runs on its reactor). Grants take the work lock,
+    /// which serialises them with GC, checkpoints and rebuild, but never with conversions:
+    /// those run in the background (`service`), so a grant never queues behind them.
     async fn grant(self: Arc<Self>, r: usize) -> DevResult<Heroes> {
         let _g = self.sm_work.lock(0).await;
         self.mgr.lock().requests[r] += 1;
-        // Take what is free; else, in order of cost: convert the full groups (their VHs come
-        // back) and refresh a window of unusable HHs; recall unused heroes from the other
-        // reactors (§5.2 (3): VHs parked there help at once, and GC could not free them);
-        // GC and a checkpoint (recycled HHs become grantable), and recall once more.
+        // Take what is free; else, in order of cost: wait for the conversions of full groups
+        // (their VHs come back) and refresh a window of unusable HHs; recall unused heroes
+        // from the other reactors (§5.2 (3): VHs parked there help at once, and GC could not
+        // free them); GC and a checkpoint (recycled HHs become grantable), and recall once
+        // more.
         for round in 0..5 {
             let got = self.take_grant();
             if !got.hh.is_empty() {
                 self.c.granted_hh.add(got.hh.len() as u64);
                 self.c.granted_vh.add(got.vh.len() as u64);
+                if self.vh_low() {
+                    // The VHs this grant took may start the conversion phase.
+                    self.kick();
+                }
                 return Ok(got);
             }
             match round {
                 0 => {
-                    self.convert_for_grant().await?;
+                    // HHs are short, not VHs: only a checkpoint brings more into the window,
+                    // and waiting for conversions first would wait for all of them.
+                    if self.window_short() {
+                        self.write_checkpoint().await?;
+                    }
+                    self.wait_conversions_for_grant().await?;
                     // A checkpoint refills the window, and swaps window HHs that cannot form
                     // a group for ones that can.
                     let stuck = {
@@ -188,7 +220,7 @@ impl Inner {
                 }
                 1 | 3 => {
                     self.recall(r).await;
-                    self.convert_for_grant().await?;
+                    self.wait_conversions_for_grant().await?;
                 }
                 2 => {
                     self.gc().await?;
@@ -198,6 +230,9 @@ impl Inner {
             }
         }
         let mgr = self.mgr.lock();
+        if let Some(e) = &mgr.convert_error {
+            return Err(e.clone());
+        }
         Err(DevError::NoSpace(format!(
             "scala {}: no hero can be granted (window {}, pool {}, pending {}, free VHs {:?})",
             self.info.name,
@@ -310,7 +345,7 @@ impl Inner {
 
     /// Puts returned heroes back on the manager's lists (returned HHs were never written, so
     /// they go straight back to the window).
-    fn take_back(&self, h: Heroes) {
+    pub(crate) fn take_back(&self, h: Heroes) {
         let mut mgr = self.mgr.lock();
         for s in h.hh {
             mgr.window.push_back(s);
@@ -337,35 +372,15 @@ impl Inner {
         out
     }
 
-    /// Collects the full hero groups of every reactor (by message) and converts them, with
-    /// those collected earlier and not converted yet. The caller holds the work lock.
-    pub(crate) async fn convert_full(self: &Arc<Self>) -> DevResult<()> {
-        self.collect_full().await;
-        loop {
-            let Some(s) = self.mgr.lock().to_convert.pop_front() else { break };
-            self.convert_stripe(s).await?;
-        }
-        Ok(())
-    }
-
-    /// Converts full hero groups for a waiting grant: only until a whole batch can be granted
-    /// (or nothing is left to convert). Converting *every* queued group first would make the
-    /// asking reactor wait for all of them, one stripe after another: with eight busy
-    /// reactors that was thousands of stripes and most of a second, while the VHs of a few
-    /// conversions would have been enough. The rest is left to the idle service.
-    async fn convert_for_grant(self: &Arc<Self>) -> DevResult<()> {
-        self.collect_full().await;
-        while !self.batch_grantable() {
-            let Some(s) = self.mgr.lock().to_convert.pop_front() else { break };
-            self.convert_stripe(s).await?;
-        }
-        Ok(())
+    /// The window holds less than one batch (beyond GC's reserve).
+    pub(crate) fn window_short(&self) -> bool {
+        self.mgr.lock().window.len() < self.grant_batch() + GC_KEEP_HH
     }
 
     /// Whether [`take_grant`](Self::take_grant) would fill a whole batch now (or take all the
     /// window offers): enough window HHs can form groups with the free VHs (each group takes
     /// one VH on each of its m parity members).
-    fn batch_grantable(&self) -> bool {
+    pub(crate) fn batch_grantable(&self) -> bool {
         let mgr = self.mgr.lock();
         // A window shorter than a batch grants what it has (bar GC's reserve).
         let batch = self.grant_batch().min(mgr.window.len().saturating_sub(GC_KEEP_HH)).max(1);
@@ -388,7 +403,10 @@ impl Inner {
     }
 
     /// Moves every reactor's list of full hero groups (by message) to the conversion queue.
-    async fn collect_full(self: &Arc<Self>) {
+    /// While the lists are on their way, `collecting` says so, so that nobody concludes from
+    /// an empty queue that nothing is left to convert.
+    pub(crate) async fn collect_full(self: &Arc<Self>) {
+        self.mgr.lock().collecting += 1;
         let mut handles = Vec::new();
         for r in 0..self.io_reactors() {
             let inner = self.clone();
@@ -399,100 +417,16 @@ impl Inner {
         }
         let mut stripes: Vec<u64> = join_all(handles).await.into_iter().flatten().collect();
         stripes.sort_unstable();
-        self.mgr.lock().to_convert.extend(stripes);
-    }
-
-    /// Returns every reactor's heroes, then converts everything (shutdown, tests).
-    pub(crate) async fn convert_everything(self: Arc<Self>) -> DevResult<()> {
-        let sm = self.sm_reactor;
-        spawn_on(sm, move || async move {
-            let _g = self.sm_work.lock(0).await;
-            let mut handles = Vec::new();
-            for r in 0..self.io_reactors() {
-                let inner = self.clone();
-                handles.push(spawn_on(r, move || async move { inner.return_heroes() }));
-            }
-            for h in join_all(handles).await {
-                self.c.returned_hh.add(h.hh.len() as u64);
-                self.take_back(h);
-            }
-            // Returned groups are in the full lists now; writes still in flight to them are
-            // waited for by the conversion.
-            self.convert_full().await
-        })
-        .await
-    }
-
-    /// Tells the space manager that a hero group filled; it decides whether to convert now
-    /// (VHs short) or once the host is idle.
-    pub(crate) fn kick(self: &Arc<Self>) {
-        if self.sm_kicked.swap(true, Relaxed) {
-            return;
+        {
+            let mut mgr = self.mgr.lock();
+            mgr.to_convert.extend(stripes);
+            mgr.collecting -= 1;
         }
-        let inner = self.clone();
-        self.c.manager_messages.inc();
-        // The service runs detached; its errors surface in later grants and writes.
-        drop(spawn_on(self.sm_reactor, move || async move {
-            let _ = inner.service().await;
-        }));
-    }
-
-    fn vh_free_total(&self) -> usize {
-        self.mgr.lock().vh_free.iter().map(|v| v.len()).sum()
-    }
-
-    fn vh_total(&self) -> usize {
-        (self.geo.vh_per_member as usize) * self.geo.n
-    }
-
-    /// One service pass: convert when VHs run low or the host is idle, GC when HHs run low,
-    /// checkpoint when the journal fills; then wait for idleness while groups are waiting.
-    async fn service(self: Arc<Self>) -> DevResult<()> {
-        loop {
-            self.sm_kicked.store(false, Relaxed);
-            let idle_at = self.last_write_ns.load(Relaxed) + self.opts.idle_ns;
-            let low =
-                (self.vh_free_total() as f64) < self.opts.vh_low_fraction * self.vh_total() as f64;
-            if low || now_ns() >= idle_at {
-                // Collected under the work lock: while the full lists are on their way here
-                // by message, a grant holding the lock must not find them in neither place
-                // (it would conclude that nothing can be converted). Then one stripe per turn
-                // of the work lock, so grants are not held up behind a whole batch.
-                {
-                    let _g = self.sm_work.lock(0).await;
-                    self.collect_full().await;
-                }
-                loop {
-                    let _g = self.sm_work.lock(0).await;
-                    let Some(s) = self.mgr.lock().to_convert.pop_front() else { break };
-                    self.convert_stripe(s).await?;
-                }
-            }
-            let waiting = {
-                let _g = self.sm_work.lock(0).await;
-                if self.hh_low() {
-                    self.gc().await?;
-                    self.write_checkpoint().await?;
-                }
-                let jp = self.journal_pos.load(Relaxed);
-                if jp.saturating_sub(self.journal_ckpt_pos.load(Relaxed))
-                    > self.geo.journal_blocks() / 2
-                {
-                    self.write_checkpoint().await?;
-                }
-                self.full_waiting()
-            };
-            if !waiting {
-                return Ok(());
-            }
-            let now = now_ns();
-            let idle_at = self.last_write_ns.load(Relaxed) + self.opts.idle_ns;
-            sleep_ns(idle_at.saturating_sub(now).max(self.opts.idle_ns / 4).max(1)).await;
-        }
+        self.vh_event.notify(usize::MAX);
     }
 
     /// Whether any reactor has full groups waiting (read without messages: a hint only).
-    fn full_waiting(&self) -> bool {
+    pub(crate) fn full_waiting(&self) -> bool {
         self.reactors.iter().any(|r| r.try_lock().is_none_or(|st| !st.full.is_empty()))
     }
 

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use flashrig_blockdev::{DevResult, WriteHints};
-use flashrig_runtime::{current_reactor, now_ns, sleep_ns};
+use flashrig_runtime::{current_reactor, sleep_ns};
 use futures_util::future::join_all;
 
 use super::format::{Oob, TrimRecord};
@@ -103,7 +103,6 @@ impl Inner {
         let blocks = (data.len() / bs) as u64;
         self.c.user_writes.inc();
         self.c.user_write_bytes.add(data.len() as u64);
-        self.last_write_ns.store(now_ns(), Relaxed);
         self.opts.costs.charge_request().await;
         let ts = self.t.take_ts();
         let mut from = 0;
