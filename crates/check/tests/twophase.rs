@@ -14,7 +14,9 @@
 //! rebuild onto a fresh disk (run while the driver keeps writing), other members are failed,
 //! so reads must come through the rebuilt blocks. Crash tests put a test-local volatile write cache in each member (writes
 //! since the last flush are lost at the crash, each block by a seeded coin), cut power at a
-//! seeded virtual time with commands in flight, reopen with `Twophase::open` and check every
+//! seeded virtual time with commands in flight (every other crash waits until the background
+//! conversion has several stripes in flight, and the test asserts that some crashes cut
+//! several conversions short at once), reopen with `Twophase::open` and check every
 //! block with `verify_after_crash` (and the parity of every recovered stripe), several crashes
 //! per case, then fail a member and read everything back degraded. Failures print the seed;
 //! `FLASHRIG_SEED=<n>` reruns that case.
@@ -482,6 +484,22 @@ fn crash_case(
                 spawn(async move { run_ops(dev, model, &ops).await })
             };
             sleep_ns(200_000 + rng.next_u64() % 3_000_000).await;
+            // Every other round waits (up to 10 ms) for the background conversion to have
+            // several stripes in flight, so that crashes cut many conversions short at once.
+            let reg = tp.metrics().expect("metrics");
+            let in_flight =
+                || reg.counter("conversions_started").get() - reg.counter("conversions").get();
+            if round % 2 == 1 {
+                for _ in 0..5_000 {
+                    if in_flight() >= 2 {
+                        break;
+                    }
+                    sleep_ns(2_000).await;
+                }
+            }
+            if in_flight() >= 2 {
+                *totals.entry("crashes_mid_many_conversions".into()).or_default() += 1;
+            }
             for (i, v) in vols.iter().enumerate() {
                 v.crash(seed * 100 + round as u64 * 10 + i as u64);
             }
@@ -536,16 +554,25 @@ fn crashes_at_random_points_lose_no_flushed_write() {
         }
     }
     // torn_stripes: crashes did cut conversions short (recovery found incomplete stripes).
-    for name in ["conversions", "gc_runs", "trim_records", "barriers", "torn_stripes"] {
+    for name in [
+        "conversions",
+        "gc_runs",
+        "trim_records",
+        "barriers",
+        "torn_stripes",
+        "crashes_mid_many_conversions",
+    ] {
         assert!(totals[name] > 0, "{name} never happened in the crash runs: {totals:?}");
     }
     eprintln!(
-        "crash runs: {} conversions, {} GC runs, {} trim records, {} torn stripes, {} repaired copies",
+        "crash runs: {} conversions, {} GC runs, {} trim records, {} torn stripes, {} repaired \
+         copies, {} crashes with several conversions in flight",
         totals["conversions"],
         totals["gc_runs"],
         totals["trim_records"],
         totals["torn_stripes"],
-        totals["repaired_blocks"]
+        totals["repaired_blocks"],
+        totals["crashes_mid_many_conversions"]
     );
 }
 

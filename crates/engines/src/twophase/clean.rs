@@ -2,23 +2,29 @@
 //! up to one stripe's worth (k chunks) of valid blocks into a free row as a new stripe.
 //!
 //! - Conversion (replicated data past the watermark, or the log past its row budget): the
-//!   oldest valid replicated blocks, so log rows empty in the order they were written.
+//!   oldest valid replicated blocks, so log rows empty in the order they were written. It runs
+//!   in background tasks, one per reactor by default (FusionRAID's kernel worker threads),
+//!   several stripes at once, until the replicated data is back at the low watermark. Writers
+//!   past the watermark wait for room meanwhile, so in the conversion phase user writes go on
+//!   at the rate conversion frees space (§3.1, Fig. 3b).
 //! - GC (spare rows down to the reserve a writer must leave): first the valid blocks of the
 //!   rows with the fewest (stripes whose data was overwritten or trimmed, padded stripes, log
-//!   rows), then the oldest replicated blocks.
+//!   rows), then the oldest replicated blocks. It runs in the writer that needs the rows, one
+//!   at a time.
 //!
 //! Steps: choose the blocks and pin their rows; take a free row; read the blocks (degraded
 //! where a member is gone); compute parity (charged as parity work, the gathering as copies);
 //! write the k + m chunks with per-block metadata under the row's shared lock; remap the blocks
 //! still current at their source (a block overwritten meanwhile stays behind, born invalid in
-//! the new stripe). A stripe not filled is padded. Only one cleaner runs at a time; user
-//! writes that need it wait for it, which is how the paper's "user I/O requests are delayed"
-//! comes about.
+//! the new stripe). A stripe not filled is padded. Cleaners running at once claim the blocks
+//! they chose, so no block is moved twice.
 //!
 //! Freed rows are reused only after a *barrier*: a flush of every member that started after
 //! the row was freed (a user flush counts). Until then the row may hold the only durable copy
 //! of something its replacement has not yet made durable. Then the row is trimmed on its
 //! members and becomes free.
+
+use std::sync::Arc;
 
 use futures_util::future::join_all;
 
@@ -28,21 +34,29 @@ use flashrig_runtime::sleep_ns;
 use super::format::{BlockMd, ParityKey, Tag, FORMAT_VERSION};
 use super::read::runs;
 use super::state::{Loc, Mode, Need, Source};
-use super::Twophase;
+use super::Inner;
 
-impl Twophase {
-    /// Runs the cleaner (one at a time) until writers needing `rows_needed` new rows may go
-    /// on. Returns `false` when conversion was wanted but could move nothing more (what is
-    /// left is in rows still being written), so the writer should go ahead anyway.
-    pub(super) async fn make_room(&self, rows_needed: u64) -> DevResult<bool> {
+impl Inner {
+    /// Runs GC (one at a time) until a writer needing `rows_needed` new rows may go on.
+    pub(super) async fn make_room(&self, rows_needed: u64) -> DevResult<()> {
         let _one = self.cleaner.lock(0).await;
         loop {
-            let Some(mode) = self.tables.lock().clean_mode(rows_needed) else {
-                return Ok(true);
-            };
-            if !self.clean_once(mode).await? {
-                if mode == Mode::Convert {
-                    return Ok(false);
+            if !self.tables.lock().gc_needed(rows_needed) {
+                return Ok(());
+            }
+            if !self.clean_once(Mode::Gc).await? {
+                let converting = {
+                    let t = self.tables.lock();
+                    if !t.gc_needed(rows_needed) {
+                        return Ok(());
+                    }
+                    t.converters > 0
+                };
+                if converting {
+                    // Background conversions hold rows and blocks GC could use; they free
+                    // rows as they finish.
+                    sleep_ns(10_000).await;
+                    continue;
                 }
                 let t = self.tables.lock();
                 return Err(DevError::NoSpace(format!(
@@ -57,11 +71,92 @@ impl Twophase {
         }
     }
 
+    /// Conversion tasks in the background: one per reactor unless configured (FusionRAID's
+    /// kernel worker threads), each on its own reactor so its CPU work competes with that
+    /// reactor's user I/O, as worker threads compete with I/O threads for cores.
+    fn converter_count(&self) -> usize {
+        let reactors =
+            if flashrig_runtime::in_runtime() { flashrig_runtime::num_reactors() } else { 1 };
+        self.convert_workers.unwrap_or(reactors).max(1)
+    }
+
+    /// Starts background conversion tasks while conversion is due and fewer than
+    /// [`converter_count`](Self::converter_count) run.
+    pub(super) fn start_converters(self: &Arc<Self>) {
+        let want = self.converter_count();
+        let reactors = flashrig_runtime::num_reactors();
+        loop {
+            let at = {
+                let mut t = self.tables.lock();
+                if t.converters >= want || t.convert_error.is_some() || !t.conversion_due() {
+                    return;
+                }
+                t.converters += 1;
+                t.converters_started += 1;
+                (t.converters_started - 1) % reactors
+            };
+            let inner = self.clone();
+            drop(flashrig_runtime::spawn_on(at, move || async move { inner.converter().await }));
+        }
+    }
+
+    /// One background conversion task: converts stripe after stripe while conversion is due.
+    async fn converter(self: Arc<Self>) {
+        loop {
+            if !self.tables.lock().conversion_due() {
+                break;
+            }
+            match self.clean_once(Mode::Convert).await {
+                Ok(true) => {
+                    self.space_event.notify(usize::MAX);
+                }
+                Ok(false) => {
+                    self.tables.lock().convert_stalls += 1;
+                    break;
+                }
+                Err(e) => {
+                    self.tables.lock().convert_error.get_or_insert(e);
+                    break;
+                }
+            }
+        }
+        self.tables.lock().converters -= 1;
+        self.space_event.notify(usize::MAX);
+    }
+
+    /// A writer that may not go on (the conversion phase): makes sure conversion runs and
+    /// waits until a conversion made room. Returns `false` when conversion cannot move
+    /// anything for now (what is left is in rows still being written), so the writer should
+    /// go ahead anyway.
+    pub(super) async fn wait_for_conversion(self: &Arc<Self>) -> DevResult<bool> {
+        let listener = self.space_event.listen();
+        let stalls = {
+            let mut t = self.tables.lock();
+            if let Some(e) = &t.convert_error {
+                return Err(e.clone());
+            }
+            if t.admit() {
+                return Ok(true);
+            }
+            t.convert_stalls
+        };
+        self.start_converters();
+        listener.await;
+        // A conversion task that found nothing to move since we looked: waiting again would
+        // only start another that finds nothing.
+        Ok(self.tables.lock().convert_stalls == stalls)
+    }
+
     /// Writes one stripe; returns whether anything was moved.
     async fn clean_once(&self, mode: Mode) -> DevResult<bool> {
         let (row, gen, sources) = loop {
             let need = {
                 let mut t = self.tables.lock();
+                // Conversion leaves the reserve rows to GC: it frees rows only once its
+                // stripe is written, and GC must always find one.
+                if mode == Mode::Convert && t.spare_rows() <= t.geo.reserve_rows {
+                    return Ok(false);
+                }
                 let sources = t.plan(mode);
                 if sources.is_empty() {
                     return Ok(false);
@@ -69,9 +164,7 @@ impl Twophase {
                 match t.alloc_stripe() {
                     Ok(row) => break (row, t.gen_of(row), sources),
                     Err(n) => {
-                        for s in &sources {
-                            t.unpin(s.loc.row());
-                        }
+                        t.unplan(&sources);
                         n
                     }
                 }
@@ -79,6 +172,9 @@ impl Twophase {
             debug_assert_eq!(need, Need::Prepare);
             self.prepare_rows().await?;
         };
+        if mode == Mode::Convert {
+            self.c.conversions_started.inc();
+        }
         match self.build_stripe(row, gen, &sources).await {
             Ok(stripe_seq) => {
                 let moved = {

@@ -84,6 +84,9 @@ pub struct TwophaseOptions {
     pub costs: Arc<HostCosts>,
     /// The engine's shared lock, passed once per request when set (a lock-based kernel engine).
     pub lock: Option<Arc<SharedLockModel>>,
+    /// Background conversion tasks; `None`: one per reactor (FusionRAID's kernel worker
+    /// threads, each competing with one core's user I/O).
+    pub convert_workers: Option<usize>,
 }
 
 impl TwophaseOptions {
@@ -98,6 +101,7 @@ impl TwophaseOptions {
             low_watermark_fraction: 0.025,
             costs: Arc::new(HostCosts::default()),
             lock: None,
+            convert_workers: None,
         }
     }
 }
@@ -117,7 +121,13 @@ pub struct TwophaseStats {
     pub trim_records: u64,
 }
 
+/// A two-phase-write array: a handle on the engine's state, which its background conversion
+/// tasks share.
 pub struct Twophase {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
     info: DeviceInfo,
     geo: TwophaseGeometry,
     codec: Codec,
@@ -129,8 +139,11 @@ pub struct Twophase {
     md_bytes: usize,
     tables: Mutex<Tables>,
     rowlocks: locks::RowLocks,
-    /// One cleaner at a time (key 0).
+    /// One GC at a time (key 0).
     cleaner: StripeLocks,
+    /// Wakes writers waiting for room: a conversion finished a stripe or a task stopped.
+    space_event: event_listener::Event,
+    convert_workers: Option<usize>,
     costs: Arc<HostCosts>,
     lock: Option<Arc<SharedLockModel>>,
     metrics: Arc<Registry>,
@@ -151,6 +164,7 @@ struct Counters {
     member_write_bytes: Arc<Counter>,
     member_read_bytes: Arc<Counter>,
     delayed_writes: Arc<Counter>,
+    conversions_started: Arc<Counter>,
     conversions: Arc<Counter>,
     gc_runs: Arc<Counter>,
     stripes_written: Arc<Counter>,
@@ -185,6 +199,7 @@ impl Counters {
             member_write_bytes: r.counter("member_write_bytes"),
             member_read_bytes: r.counter("member_read_bytes"),
             delayed_writes: r.counter("delayed_writes"),
+            conversions_started: r.counter("conversions_started"),
             conversions: r.counter("conversions"),
             gc_runs: r.counter("gc_runs"),
             stripes_written: r.counter("stripes_written"),
@@ -214,6 +229,74 @@ impl Twophase {
     /// A new array over blank members (never written, or trimmed: see [`Twophase::create`]).
     /// Nothing is written until the first user write.
     pub fn new(name: &str, members: Vec<DevRef>, opts: TwophaseOptions) -> DevResult<Twophase> {
+        Ok(Twophase::wrap(Inner::build(name, members, opts)?))
+    }
+
+    pub(crate) fn wrap(inner: Inner) -> Twophase {
+        Twophase { inner: Arc::new(inner) }
+    }
+
+    /// Formats `members` (trims them whole and flushes) and returns a new array over them.
+    pub async fn create(
+        name: &str,
+        members: Vec<DevRef>,
+        opts: TwophaseOptions,
+    ) -> DevResult<Twophase> {
+        let eng = Twophase::new(name, members, opts)?;
+        let members = eng.inner.members.read().clone();
+        for d in &members {
+            d.trim(0, d.info().num_blocks).await?;
+            d.flush().await?;
+        }
+        Ok(eng)
+    }
+
+    pub fn geometry(&self) -> TwophaseGeometry {
+        self.inner.geo
+    }
+
+    /// Parity engine in use (`isa-l` or `rust`).
+    pub fn parity_backend(&self) -> &'static str {
+        self.inner.codec.backend()
+    }
+
+    /// What [`Twophase::open`] found and did, when this array was recovered.
+    pub fn recovery(&self) -> Option<&RecoveryReport> {
+        self.inner.recovery.as_ref()
+    }
+
+    pub fn stats(&self) -> TwophaseStats {
+        self.inner.stats()
+    }
+
+    /// Rows that hold a complete stripe right now (for checking parity from outside).
+    pub fn stripe_rows(&self) -> Vec<u64> {
+        self.inner.stripe_rows()
+    }
+
+    /// Members marked failed (not counting one being rebuilt).
+    pub fn failed_members(&self) -> Vec<usize> {
+        self.inner.failed_members()
+    }
+
+    /// Marks member `i` failed, as when it answers `DeviceFailed`.
+    pub fn fail_member(&self, i: usize) {
+        self.inner.fail_member(i)
+    }
+
+    /// Replaces failed member `slot` by `replacement` and rebuilds its contents while I/O goes
+    /// on (see `rebuild`).
+    pub async fn rebuild(&self, slot: usize, replacement: DevRef) -> DevResult<()> {
+        self.inner.rebuild(slot, replacement).await
+    }
+}
+
+impl Inner {
+    pub(crate) fn build(
+        name: &str,
+        members: Vec<DevRef>,
+        opts: TwophaseOptions,
+    ) -> DevResult<Inner> {
         let (k, m) = (opts.k, opts.m);
         if k == 0 || !(1..=2).contains(&m) {
             return Err(invalid(format!("k = {k}, m = {m}: k must be >= 1 and m 1 or 2")));
@@ -289,7 +372,7 @@ impl Twophase {
         let metrics = Registry::new(name);
         let c = Counters::new(&metrics);
         let n = k + m;
-        Ok(Twophase {
+        Ok(Inner {
             info,
             geo,
             codec,
@@ -300,41 +383,14 @@ impl Twophase {
             tables: Mutex::new(Tables::new(geo)),
             rowlocks: locks::RowLocks::default(),
             cleaner: StripeLocks::default(),
+            space_event: event_listener::Event::new(),
+            convert_workers: opts.convert_workers,
             costs: opts.costs,
             lock: opts.lock,
             metrics,
             c,
             recovery: None,
         })
-    }
-
-    /// Formats `members` (trims them whole and flushes) and returns a new array over them.
-    pub async fn create(
-        name: &str,
-        members: Vec<DevRef>,
-        opts: TwophaseOptions,
-    ) -> DevResult<Twophase> {
-        let eng = Twophase::new(name, members, opts)?;
-        let members = eng.members.read().clone();
-        for d in &members {
-            d.trim(0, d.info().num_blocks).await?;
-            d.flush().await?;
-        }
-        Ok(eng)
-    }
-
-    pub fn geometry(&self) -> TwophaseGeometry {
-        self.geo
-    }
-
-    /// Parity engine in use (`isa-l` or `rust`).
-    pub fn parity_backend(&self) -> &'static str {
-        self.codec.backend()
-    }
-
-    /// What [`Twophase::open`] found and did, when this array was recovered.
-    pub fn recovery(&self) -> Option<&RecoveryReport> {
-        self.recovery.as_ref()
     }
 
     pub fn stats(&self) -> TwophaseStats {
@@ -510,7 +566,7 @@ impl Twophase {
 #[async_trait(?Send)]
 impl BlockDevice for Twophase {
     fn info(&self) -> &DeviceInfo {
-        &self.info
+        &self.inner.info
     }
 
     fn kind(&self) -> &'static str {
@@ -518,15 +574,41 @@ impl BlockDevice for Twophase {
     }
 
     fn metrics(&self) -> Option<Arc<Registry>> {
-        self.update_values();
-        Some(self.metrics.clone())
+        self.inner.update_values();
+        Some(self.inner.metrics.clone())
     }
 
     fn children(&self) -> Vec<DevRef> {
-        self.members.read().clone()
+        self.inner.members.read().clone()
     }
 
     async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
+        self.inner.user_read(lba, buf, md).await
+    }
+
+    async fn write(
+        &self,
+        lba: u64,
+        data: &[u8],
+        md: Option<&[u8]>,
+        hints: WriteHints,
+    ) -> DevResult<()> {
+        self.inner.clone().user_write(lba, data, md, hints).await
+    }
+
+    async fn flush(&self) -> DevResult<()> {
+        self.inner.c.flushes.inc();
+        self.inner.barrier().await
+    }
+
+    async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
+        self.inner.clone().user_trim(lba, num_blocks).await
+    }
+}
+
+/// The user's requests, as the block-device trait hands them over.
+impl Inner {
+    async fn user_read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
         let blocks = check_io(&self.info, lba, buf.len(), md.as_ref().map(|m| m.len()))?;
         self.c.user_reads.inc();
         self.c.user_read_bytes.add(buf.len() as u64);
@@ -535,8 +617,8 @@ impl BlockDevice for Twophase {
         self.read_blocks(lba, blocks, buf).await
     }
 
-    async fn write(
-        &self,
+    async fn user_write(
+        self: Arc<Self>,
         lba: u64,
         data: &[u8],
         md: Option<&[u8]>,
@@ -551,12 +633,7 @@ impl BlockDevice for Twophase {
         Ok(())
     }
 
-    async fn flush(&self) -> DevResult<()> {
-        self.c.flushes.inc();
-        self.barrier().await
-    }
-
-    async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
+    async fn user_trim(self: Arc<Self>, lba: u64, num_blocks: u64) -> DevResult<()> {
         check_range(&self.info, lba, num_blocks)?;
         self.c.trims.inc();
         self.costs.charge_request().await;

@@ -10,7 +10,7 @@ use futures_util::future::join_all;
 use flashrig_blockdev::{DevError, DevResult};
 
 use super::state::{Loc, Target};
-use super::Twophase;
+use super::Inner;
 
 /// Consecutive request blocks stored contiguously: `count` blocks from `loc`.
 #[derive(Clone, Copy, Debug)]
@@ -47,7 +47,7 @@ pub(super) fn runs(plan: &[(u64, Loc)], chunk_blocks: u64) -> Vec<Run> {
     out
 }
 
-impl Twophase {
+impl Inner {
     pub(super) async fn read_blocks(&self, lba: u64, blocks: u64, buf: &mut [u8]) -> DevResult<()> {
         let bs = self.block_bytes();
         let plan: Vec<(u64, Loc)> = {

@@ -17,11 +17,11 @@ use flashrig_blockdev::{DevError, DevRef, DevResult, WriteHints};
 
 use super::format::{BlockMd, ParityKey, Tag, FORMAT_VERSION};
 use super::state::{Kind, Owner};
-use super::Twophase;
+use super::Inner;
 
-impl Twophase {
+impl Inner {
     /// Replaces member `slot` with `replacement` and rebuilds its part of every live row.
-    pub async fn rebuild(&self, slot: usize, replacement: DevRef) -> DevResult<()> {
+    pub(crate) async fn rebuild(&self, slot: usize, replacement: DevRef) -> DevResult<()> {
         if slot >= self.geo.members() {
             return Err(DevError::Invalid(format!("twophase: no member slot {slot}")));
         }

@@ -33,7 +33,7 @@ use flashrig_runtime::now_ns;
 
 use super::format::{gen_newer, BlockMd, Tag, TrimRecord};
 use super::state::{Entry, Kind, Loc, Owner, Tables, Target, Trim, HOLE, TRIM_KEY};
-use super::{Twophase, TwophaseOptions};
+use super::{Inner, Twophase, TwophaseOptions};
 
 /// The recovery steps, in order.
 pub const RECOVERY_STEPS: [&str; 7] = [
@@ -122,7 +122,7 @@ struct Cand {
 type Found = Option<(BlockMd, Option<TrimRecord>)>;
 
 struct Recovery<'e> {
-    eng: &'e Twophase,
+    eng: &'e Inner,
     report: RecoveryReport,
     rows: Vec<RowScan>,
     records: HashMap<u64, TrimRecord>,
@@ -144,7 +144,7 @@ impl Twophase {
         members: Vec<DevRef>,
         opts: TwophaseOptions,
     ) -> DevResult<Twophase> {
-        let mut eng = Twophase::new(name, members, opts)?;
+        let mut eng = Inner::build(name, members, opts)?;
         let report = {
             let mut rec = Recovery {
                 eng: &eng,
@@ -168,7 +168,7 @@ impl Twophase {
             rec.report
         };
         eng.recovery = Some(report);
-        Ok(eng)
+        Ok(Twophase::wrap(eng))
     }
 }
 

@@ -45,7 +45,7 @@ impl Owner {
 }
 
 /// Where an item lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Loc {
     /// Offset `off` of replica set `set` of log row `row` (on each of the set's members).
     Log { row: u64, set: u32, off: u32 },
@@ -221,8 +221,21 @@ pub struct Tables {
     pub epoch: u64,
     /// Rows freed at an epoch below this are behind a completed member flush.
     pub barrier_passed: u64,
-    /// Conversion started (replicated > watermark) and has not reached the low watermark.
+    /// Conversion started (replicated > watermark, or the log past its row budget) and has
+    /// not reached the low watermark.
     pub converting: bool,
+    /// Background conversion tasks running, and how many were ever started (to place the
+    /// next one on the next reactor).
+    pub converters: usize,
+    pub converters_started: usize,
+    /// Conversion tasks that stopped because nothing could be moved (what is left is in rows
+    /// still being written, or the spare rows are GC's).
+    pub convert_stalls: u64,
+    /// The first error a background conversion met; writers report it.
+    pub convert_error: Option<flashrig_blockdev::DevError>,
+    /// Blocks some cleaner has chosen and not committed yet, so that concurrent cleaners
+    /// (background conversions and GC) never move the same block twice.
+    claimed: std::collections::HashSet<Loc>,
     free: BTreeSet<u64>,
     pending: BTreeSet<u64>,
     trimming: u64,
@@ -248,6 +261,11 @@ impl Tables {
             epoch: 0,
             barrier_passed: 0,
             converting: false,
+            converters: 0,
+            converters_started: 0,
+            convert_stalls: 0,
+            convert_error: None,
+            claimed: std::collections::HashSet::new(),
             free: (0..geo.rows).collect(),
             pending: BTreeSet::new(),
             trimming: 0,
@@ -397,24 +415,34 @@ impl Tables {
         self.pending.insert(r);
     }
 
-    /// Whether user writes may go on: false while conversion must run first (replicated data
-    /// past the watermark, until it is back at the low watermark; or the log past its budget).
-    pub fn admit(&mut self) -> bool {
-        if self.replicated > self.geo.watermark_blocks {
+    /// Whether conversion should run: it starts when the replicated data passes the watermark
+    /// (or the log its row budget) and goes on until the replicated data is back at the low
+    /// watermark (and the log within its budget).
+    pub fn conversion_due(&mut self) -> bool {
+        let over_budget = (self.log_rows.len() as u64) > self.geo.log_row_budget;
+        if self.replicated > self.geo.watermark_blocks || over_budget {
             self.converting = true;
         }
-        if self.converting && self.replicated <= self.geo.low_watermark_blocks {
+        if self.converting && self.replicated <= self.geo.low_watermark_blocks && !over_budget {
             self.converting = false;
         }
-        !self.converting && (self.log_rows.len() as u64) <= self.geo.log_row_budget
+        self.converting
     }
 
-    /// What the cleaner should do before a writer that needs `rows_needed` new rows can go on.
-    pub fn clean_mode(&mut self, rows_needed: u64) -> Option<Mode> {
-        if self.spare_rows() < self.geo.reserve_rows + rows_needed {
-            return Some(Mode::Gc);
-        }
-        (!self.admit()).then_some(Mode::Convert)
+    /// Whether user writes may go on now: the replicated data is within the watermark and the
+    /// log within its row budget. Past either, writes wait for the background conversion to
+    /// make room, so during the conversion phase they go on at the rate it converts (§3.1,
+    /// Fig. 3b: "user I/O requests are delayed and the conversion phase starts").
+    pub fn admit(&mut self) -> bool {
+        self.conversion_due();
+        self.replicated <= self.geo.watermark_blocks
+            && (self.log_rows.len() as u64) <= self.geo.log_row_budget
+    }
+
+    /// Whether the cleaner must collect garbage before a writer that needs `rows_needed` new
+    /// rows can go on.
+    pub fn gc_needed(&self, rows_needed: u64) -> bool {
+        self.spare_rows() < self.geo.reserve_rows + rows_needed
     }
 
     /// Hands out up to `want` log blocks (all in the open log row, opening one if needed) for
@@ -585,7 +613,7 @@ impl Tables {
     fn valid_items(&self, r: u64, out: &mut Vec<Source>, limit: usize) {
         let row = self.row(r);
         let mut push = |t: &Tables, owner: Owner, loc: Loc| {
-            if out.len() < limit && t.is_valid(owner, loc) {
+            if out.len() < limit && !t.claimed.contains(&loc) && t.is_valid(owner, loc) {
                 let trim_start = owner.trim().map_or(0, |rec| t.trims[&rec].start);
                 out.push(Source { owner, loc, trim_start });
             }
@@ -643,8 +671,17 @@ impl Tables {
         }
         for s in &out {
             self.pin(s.loc.row());
+            self.claimed.insert(s.loc);
         }
         out
+    }
+
+    /// Lets go of a plan that will not be carried out (no row for it).
+    pub fn unplan(&mut self, sources: &[Source]) {
+        for s in sources {
+            self.unpin(s.loc.row());
+            self.claimed.remove(&s.loc);
+        }
     }
 
     /// Takes a free row for the cleaner's next stripe.
@@ -690,6 +727,7 @@ impl Tables {
         }
         for s in sources {
             self.unpin(s.loc.row());
+            self.claimed.remove(&s.loc);
         }
         self.refresh(t);
         moved
@@ -700,6 +738,7 @@ impl Tables {
         self.row_mut(t).building = false;
         for s in sources {
             self.unpin(s.loc.row());
+            self.claimed.remove(&s.loc);
         }
         self.refresh(t);
     }

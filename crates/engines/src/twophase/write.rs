@@ -11,17 +11,19 @@
 //! the range and its sequence number) and maps the range's blocks to it, so recovery knows the
 //! older versions it finds are gone. A trim of blocks that hold nothing writes nothing.
 
+use std::sync::Arc;
+
 use futures_util::future::join_all;
 
 use flashrig_blockdev::{DevError, DevResult, WriteHints};
 
 use super::format::{BlockMd, Tag, TrimRecord};
 use super::state::{Need, Piece, TRIM_KEY};
-use super::Twophase;
+use super::Inner;
 
-impl Twophase {
+impl Inner {
     pub(super) async fn write_blocks(
-        &self,
+        self: &Arc<Self>,
         lba: u64,
         blocks: u64,
         data: &[u8],
@@ -62,7 +64,7 @@ impl Twophase {
         Ok(())
     }
 
-    pub(super) async fn trim_blocks(&self, lba: u64, blocks: u64) -> DevResult<()> {
+    pub(super) async fn trim_blocks(self: &Arc<Self>, lba: u64, blocks: u64) -> DevResult<()> {
         self.check_alive()?;
         let seq = {
             let mut t = self.tables.lock();
@@ -92,10 +94,11 @@ impl Twophase {
         Ok(())
     }
 
-    /// Takes up to `want` log blocks for request blocks `first..`, running the cleaner or
-    /// preparing freed rows as long as that is what stands in the way.
+    /// Takes up to `want` log blocks for request blocks `first..`: waits for the background
+    /// conversion while the log is past its watermark, runs GC or prepares freed rows as long
+    /// as that is what stands in the way.
     async fn reserve(
-        &self,
+        self: &Arc<Self>,
         want: u64,
         first: u64,
         seq: u64,
@@ -112,7 +115,13 @@ impl Twophase {
                     None
                 } else {
                     match t.reserve(want, first, seq, &key) {
-                        Ok(p) => return Ok(p),
+                        Ok(p) => {
+                            drop(t);
+                            // Writes that go in past the watermark (forced) still start the
+                            // conversion that has to follow them.
+                            self.start_converters();
+                            return Ok(p);
+                        }
                         Err(n) => Some(n),
                     }
                 }
@@ -122,10 +131,8 @@ impl Twophase {
                 self.c.delayed_writes.inc();
             }
             match need {
-                None => force = !self.make_room(0).await?,
-                Some(Need::Clean) => {
-                    self.make_room(1).await?;
-                }
+                None => force = !self.wait_for_conversion().await?,
+                Some(Need::Clean) => self.make_room(1).await?,
                 Some(Need::Prepare) => self.prepare_rows().await?,
             }
         }
