@@ -206,22 +206,39 @@ enum ServeCommand {
 enum ReproduceCommand {
     /// ScalaAFA (ATC'24) §6, Figs. 9-16: our engines over emulated FEMU SSDs, in simulation,
     /// the paper's numbers beside ours (docs/reproduce-scalaafa.md).
+    #[command(
+        long_about = "ScalaAFA (ATC'24) §6, Figs. 9-16: our engines over emulated FEMU SSDs, in \
+                      simulation, the paper's numbers beside ours, with whether ours points the \
+                      same way (direction) and why where they differ.\n\n\
+                      The full run (no flag) writes the committed document \
+                      docs/reproduce-scalaafa.md, its plots in docs/figures/scalaafa/ and every \
+                      run's result file in reproduce-results/scalaafa/. --quick writes \
+                      everything to reproduce-results/scalaafa-quick/ instead, and never \
+                      overwrites a document a full run wrote, even when -o names it (exit \
+                      status 2)."
+    )]
     Scalaafa {
         /// SSDs and runs at 1/32 and 1 to 4 I/O threads: about five minutes on 2 cores.
+        /// Writes to reproduce-results/scalaafa-quick/ unless told otherwise.
         #[arg(long)]
         quick: bool,
-        /// The smallest sizes (1 ms runs, 300-request traces), for flashrig's own tests.
+        /// The smallest sizes (1 ms runs, 300-request traces), for flashrig's own tests;
+        /// writes to reproduce-results/scalaafa-smoke/ unless told otherwise.
         #[arg(long, hide = true, conflicts_with = "quick")]
         smoke: bool,
-        /// The document to write.
-        #[arg(long, short = 'o', default_value = "docs/reproduce-scalaafa.md")]
-        out: PathBuf,
-        /// Where to draw the plots (SVG and PNG).
-        #[arg(long, default_value = "docs/figures/scalaafa")]
-        plots: PathBuf,
-        /// Where to keep every run's result file and the synthetic traces.
-        #[arg(long, default_value = "reproduce-results/scalaafa")]
-        results: PathBuf,
+        /// The document to write [default: docs/reproduce-scalaafa.md; with --quick,
+        /// reproduce-results/scalaafa-quick/reproduce-scalaafa.md]. --quick refuses to
+        /// overwrite a full run's document.
+        #[arg(long, short = 'o')]
+        out: Option<PathBuf>,
+        /// Where to draw the plots, SVG and PNG [default: docs/figures/scalaafa; with
+        /// --quick, reproduce-results/scalaafa-quick/figures].
+        #[arg(long)]
+        plots: Option<PathBuf>,
+        /// Where to keep every run's result file and the synthetic traces [default:
+        /// reproduce-results/scalaafa; with --quick, reproduce-results/scalaafa-quick/results].
+        #[arg(long)]
+        results: Option<PathBuf>,
         /// The real traces (MANIFEST.txt and the files it lists).
         #[arg(long, default_value = "../shared/traces")]
         traces: PathBuf,
@@ -554,7 +571,8 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             paper:
                 ReproduceCommand::Scalaafa { quick, smoke, out, plots, results, traces, jobs, quiet },
         } => {
-            use flashrig::reproduce::{Mode, Options};
+            use flashrig::lab::core::{Mode, Outputs};
+            use flashrig::lab::scalaafa::{self, Options};
             let mode = if smoke {
                 Mode::Smoke
             } else if quick {
@@ -562,17 +580,22 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             } else {
                 Mode::Full
             };
-            let opts =
-                Options { mode, out, plots, results, traces, workers: jobs.unwrap_or(0), quiet };
-            let failed = flashrig::reproduce::scalaafa(&opts)?;
+            let defaults = Outputs::defaults("scalaafa", mode);
+            let outputs = Outputs {
+                doc: out.unwrap_or(defaults.doc),
+                plots: plots.unwrap_or(defaults.plots),
+                results: results.unwrap_or(defaults.results),
+            };
+            let opts = Options { mode, outputs, traces, workers: jobs.unwrap_or(0), quiet };
+            let failed = scalaafa::scalaafa(&opts)?;
             if !quiet {
-                eprintln!("wrote {}", opts.out.display());
+                eprintln!("wrote {}", opts.outputs.doc.display());
             }
             if !failed.is_empty() {
                 return Err(Error::Run(format!(
                     "{} run(s) failed (listed in {}): {}",
                     failed.len(),
-                    opts.out.display(),
+                    opts.outputs.doc.display(),
                     failed.join("; ")
                 )));
             }

@@ -1,0 +1,103 @@
+//! A claim: a number the paper's text states, where it says it, how ours is computed from the
+//! result files, and what the paper asserts qualitatively about it (its direction).
+
+use super::direction::Direction;
+use super::results::{Metric, Results, RunKey};
+
+/// How a paper number is computed from ours.
+pub enum Eval<K> {
+    /// A metric of one run.
+    Abs(K, Metric),
+    /// A metric of one run divided by the same metric of another.
+    Ratio(K, K, Metric),
+    /// The mean of several ratios (the papers' "on average").
+    MeanRatio(Vec<(K, K)>, Metric),
+    /// A run's metric as a fraction of `factor` times a reference run's (ScalaAFA's ideal:
+    /// (k+m)/(m+1) times one SSD alone). The reference is a yardstick, not one of the systems
+    /// compared, so the comparison's diagnostics leave it out.
+    Fraction { run: K, reference: K, factor: f64, metric: Metric },
+}
+
+/// The unit a claim's numbers are shown in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    Ratio,
+    Gbps,
+}
+
+/// A number the paper states, and how ours is computed.
+pub struct Claim<K> {
+    /// What is compared, as the table's first column names it.
+    pub what: String,
+    /// The paper's number.
+    pub paper: f64,
+    pub unit: Unit,
+    /// Where the paper says it (section and quotation).
+    pub cite: &'static str,
+    pub eval: Eval<K>,
+    /// What the paper asserts qualitatively: A beats B, a reduction, almost the ideal, the
+    /// highest of several runs, or nothing (an absolute number).
+    pub direction: Direction<K>,
+    /// A note that qualifies the comparison (shown in the why column whatever the gap).
+    pub note: Option<&'static str>,
+}
+
+impl<K: RunKey> Claim<K> {
+    /// A claim with no direction and no note; see [`Claim::asserts`] and [`Claim::note`].
+    pub fn new(
+        what: impl Into<String>,
+        paper: f64,
+        unit: Unit,
+        cite: &'static str,
+        eval: Eval<K>,
+    ) -> Self {
+        Claim { what: what.into(), paper, unit, cite, eval, direction: Direction::None, note: None }
+    }
+    /// The same claim, asserting `direction`.
+    pub fn asserts(mut self, direction: Direction<K>) -> Self {
+        self.direction = direction;
+        self
+    }
+    /// The same claim, with a note for the why column.
+    pub fn note(mut self, note: &'static str) -> Self {
+        self.note = Some(note);
+        self
+    }
+    /// The runs the claim compares (not a reference run it is measured against).
+    pub fn keys(&self) -> Vec<&K> {
+        match &self.eval {
+            Eval::Abs(k, _) | Eval::Fraction { run: k, .. } => vec![k],
+            Eval::Ratio(a, b, _) => vec![a, b],
+            Eval::MeanRatio(v, _) => v.iter().flat_map(|(a, b)| [a, b]).collect(),
+        }
+    }
+    /// Our number, if every run it needs succeeded and no denominator is zero.
+    pub fn ours(&self, r: &Results<K>) -> Option<f64> {
+        match &self.eval {
+            Eval::Abs(k, m) => r.get(k, *m),
+            Eval::Ratio(a, b, m) => ratio(r.get(a, *m)?, r.get(b, *m)?),
+            Eval::MeanRatio(v, m) => {
+                let ratios: Option<Vec<f64>> =
+                    v.iter().map(|(a, b)| ratio(r.get(a, *m)?, r.get(b, *m)?)).collect();
+                let ratios = ratios?;
+                (!ratios.is_empty()).then(|| ratios.iter().sum::<f64>() / ratios.len() as f64)
+            }
+            Eval::Fraction { run, reference, factor, metric } => {
+                ratio(r.get(run, *metric)?, r.get(reference, *metric)? * factor)
+            }
+        }
+    }
+}
+
+/// `a / b`, or `None` when `b` is zero.
+pub fn ratio(a: f64, b: f64) -> Option<f64> {
+    (b != 0.0).then(|| a / b)
+}
+
+/// A claim's number as its table shows it.
+pub fn fmt_unit(v: f64, u: Unit) -> String {
+    match u {
+        Unit::Ratio => format!("{v:.3}"),
+        Unit::Gbps => format!("{v:.2} GB/s"),
+    }
+}

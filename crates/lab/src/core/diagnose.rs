@@ -1,0 +1,98 @@
+//! What bounded a run, read from its result file: whether the host cost model saturated the
+//! busiest reactor (host-bound) or not (device-bound), and what the SSDs and the engine report
+//! (SLC overflow, GC, writes that waited for conversion or for a grant, partial-stripe
+//! writes). The comparison tables put this in the *why* column of every comparison that
+//! differs from the paper in magnitude or direction.
+
+use std::collections::BTreeMap;
+
+use flashrig_frontends::report::Run;
+
+use super::results::{ssd_counter, Results, RunKey};
+
+/// A reactor at least this busy is taken as the bound of its run.
+const HOST_BOUND_BUSY: f64 = 0.9;
+
+/// The busiest reactor's share of the run (the host cost model's charges).
+pub fn busiest(run: &Run) -> f64 {
+    run.result.workload["reactors"]
+        .as_array()
+        .map(|rs| rs.iter().filter_map(|r| r["utilisation"].as_f64()).fold(0.0, f64::max))
+        .unwrap_or(0.0)
+}
+
+/// What bounded one run, as one line: the top layer's name, then the findings.
+pub fn diagnose(run: &Run) -> String {
+    let busy = busiest(run);
+    let l = &run.result.layers;
+    let mut parts = vec![if busy >= HOST_BOUND_BUSY {
+        format!("host-bound (busiest reactor {:.0}%)", busy * 100.0)
+    } else {
+        format!("device-bound (busiest reactor {:.0}%)", busy * 100.0)
+    }];
+    let evicted = ssd_counter(l, "slc_evictions");
+    if evicted > 0 {
+        parts.push(format!("SLC overflowed: {} MiB evicted to MLC", (evicted * 4096) >> 20));
+    }
+    let gc = ssd_counter(l, "gc_copies");
+    if gc > 0 {
+        parts.push(format!("SSD GC copied {} MiB", (gc * 4096) >> 20));
+    }
+    let c = |name: &str| l.counters.get(name).copied().unwrap_or(0);
+    if c("delayed_writes") > 0 {
+        parts.push(format!("{} writes waited for host conversion", c("delayed_writes")));
+    }
+    if c("rmw_writes") + c("rcw_writes") > 0 {
+        parts
+            .push(format!("{} partial-stripe writes (RMW/RCW)", c("rmw_writes") + c("rcw_writes")));
+    }
+    if c("conversions_host") > 0 {
+        parts.push(format!("{} stripes converted on the host", c("conversions_host")));
+    }
+    if c("grant_waits") > 0 {
+        parts.push(format!("{} writes waited for a hero grant", c("grant_waits")));
+    }
+    let convert = ssd_counter(l, "convert_cmds");
+    if convert > 0 {
+        parts.push(format!("{convert} conversions offloaded"));
+    }
+    format!("{}: {}", l.name, parts.join(", "))
+}
+
+/// The diagnoses of a comparison's runs: each run's when there are two or one, and per
+/// system a summary when a comparison averages over several.
+pub fn diagnose_keys<K: RunKey>(keys: &[&K], r: &Results<K>) -> Vec<String> {
+    if keys.len() <= 2 {
+        return keys.iter().filter_map(|k| r.run(k)).map(diagnose).collect();
+    }
+    let mut by_system: BTreeMap<String, Vec<&Run>> = BTreeMap::new();
+    for k in keys {
+        if let (Some(system), Some(run)) = (k.system(), r.run(k)) {
+            by_system.entry(system.to_string()).or_default().push(run);
+        }
+    }
+    by_system
+        .iter()
+        .map(|(system, runs)| {
+            let busy: Vec<f64> = runs.iter().map(|run| busiest(run)).collect();
+            let host = busy.iter().filter(|&&b| b >= HOST_BOUND_BUSY).count();
+            let evicted: u64 =
+                runs.iter().map(|run| ssd_counter(&run.result.layers, "slc_evictions")).sum();
+            let (lo, hi) = busy.iter().fold((f64::MAX, 0f64), |(a, b), &x| (a.min(x), b.max(x)));
+            format!(
+                "{system}: host-bound in {host} of {} runs (busiest reactor {:.0}-{:.0}%){}",
+                runs.len(),
+                lo * 100.0,
+                hi * 100.0,
+                if evicted > 0 {
+                    format!(
+                        ", SLC overflowed: {} MiB evicted to MLC in all",
+                        (evicted * 4096) >> 20
+                    )
+                } else {
+                    String::new()
+                }
+            )
+        })
+        .collect()
+}

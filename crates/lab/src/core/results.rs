@@ -1,0 +1,98 @@
+//! Our measurements as the comparisons read them: a paper module's keys resolved to the runs
+//! that answer them, and the metrics read from each run's result file.
+
+use flashrig_frontends::report::Run;
+use flashrig_metrics::LayerSnapshot;
+
+use super::scale::Mode;
+use super::schedule::{Done, Plan};
+
+/// What a paper module names its runs by (a system on a workload, one SSD alone, ...).
+pub trait RunKey: Ord + Clone + std::fmt::Debug + Send + Sync {
+    /// The system a run measured, for diagnostics that summarise several runs per system;
+    /// `None` for reference runs (one SSD alone, a scale check).
+    fn system(&self) -> Option<&str>;
+}
+
+/// A number read from a result file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// Bytes written per second of the run, in GB/s (10^9 bytes, the papers' unit).
+    WriteGbps,
+    MeanLatUs,
+    P99LatUs,
+    ElapsedS,
+    /// NAND page programs in MLC mode, summed over every SSD of the stack.
+    MlcPrograms,
+}
+
+/// A counter summed over every SSD layer under `layer`.
+pub fn ssd_counter(layer: &LayerSnapshot, name: &str) -> u64 {
+    let own = if layer.kind == "ssd" { layer.counters.get(name).copied().unwrap_or(0) } else { 0 };
+    own + layer.children.iter().map(|c| ssd_counter(c, name)).sum::<u64>()
+}
+
+/// A metric of a run, or `None` where the run has nothing to measure it by.
+pub fn metric_of(run: &Run, m: Metric) -> Option<f64> {
+    let t = &run.total;
+    match m {
+        Metric::WriteGbps => (t.elapsed_ns > 0).then(|| t.write_bytes as f64 / t.elapsed_ns as f64),
+        Metric::MeanLatUs => (t.write_latency.count > 0).then(|| t.write_latency.mean_ns / 1e3),
+        Metric::P99LatUs => {
+            (t.write_latency.count > 0).then(|| t.write_latency.p99_ns as f64 / 1e3)
+        }
+        Metric::ElapsedS => (t.elapsed_ns > 0).then(|| t.elapsed_ns as f64 / 1e9),
+        Metric::MlcPrograms => {
+            Some(ssd_counter(&run.result.layers, "nand_page_programs_mlc") as f64)
+        }
+    }
+}
+
+/// A metric as a table shows it.
+pub fn fmt_metric(v: f64, m: Metric) -> String {
+    match m {
+        Metric::WriteGbps => format!("{v:.2}"),
+        Metric::MeanLatUs | Metric::P99LatUs => {
+            if v >= 10_000.0 {
+                format!("{:.1} ms", v / 1e3)
+            } else {
+                format!("{v:.0} µs")
+            }
+        }
+        Metric::ElapsedS => format!("{v:.3} s"),
+        Metric::MlcPrograms => format!("{v:.0}"),
+    }
+}
+
+/// Our measurements, by key.
+pub struct Results<'a, K> {
+    pub plan: &'a Plan<K>,
+    pub done: &'a [Done],
+    pub mode: Mode,
+}
+
+impl<K: RunKey> Results<'_, K> {
+    /// The finished run that answers `key`, if it was planned.
+    pub fn done(&self, key: &K) -> Option<&Done> {
+        self.plan.keys.get(key).map(|&i| &self.done[i])
+    }
+    /// The run that answers `key`, if it was planned and succeeded.
+    pub fn run(&self, key: &K) -> Option<&Run> {
+        self.done(key).and_then(|d| d.run.as_ref())
+    }
+    pub fn get(&self, key: &K, m: Metric) -> Option<f64> {
+        self.run(key).and_then(|r| metric_of(r, m))
+    }
+    /// Whether the run that answers `key` failed.
+    pub fn failed(&self, key: &K) -> bool {
+        self.done(key).is_some_and(|d| d.error.is_some())
+    }
+    /// A table cell: the value, "failed" or "—" (not run in this mode).
+    pub fn cell(&self, key: &K, m: Metric) -> String {
+        match (self.done(key), self.get(key, m)) {
+            (_, Some(v)) => fmt_metric(v, m),
+            (Some(d), None) if d.error.is_some() => "failed".into(),
+            _ => "—".into(),
+        }
+    }
+}

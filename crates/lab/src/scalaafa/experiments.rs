@@ -1,0 +1,224 @@
+//! ScalaAFA's runs: the experiment files of `configs/experiments/scalaafa/`, the geometries
+//! and thread counts each mode runs, and the plan of every run of every figure.
+
+use std::path::Path;
+
+use flashrig_frontends::config::{Config, DeviceConfig};
+use flashrig_frontends::error::Error;
+use flashrig_frontends::sweep::{self, Case};
+
+use super::traces::TraceRun;
+use super::{arr, tr, CheckScale, Key, FULL_SCALE_RUNTIME_MS, FUSION, RAID5F, SCALA};
+use crate::core::scale::reduce_device;
+use crate::core::{Mode, Plan};
+
+/// One experiment file: (name, text).
+pub(super) const EXPERIMENTS: &[(&str, &str)] = &[
+    (
+        "fig03a-fsr-rep",
+        include_str!("../../../../configs/experiments/scalaafa/fig03a-fsr-rep.toml"),
+    ),
+    ("fig09-micro", include_str!("../../../../configs/experiments/scalaafa/fig09-micro.toml")),
+    (
+        "fig09-full-stripe",
+        include_str!("../../../../configs/experiments/scalaafa/fig09-full-stripe.toml"),
+    ),
+    ("fig10-latency", include_str!("../../../../configs/experiments/scalaafa/fig10-latency.toml")),
+    ("fig11-threads", include_str!("../../../../configs/experiments/scalaafa/fig11-threads.toml")),
+    ("fig12-traces", include_str!("../../../../configs/experiments/scalaafa/fig12-traces.toml")),
+    ("fig15-sources", include_str!("../../../../configs/experiments/scalaafa/fig15-sources.toml")),
+];
+
+/// Virtual run time of a microbenchmark.
+pub(super) fn runtime_ms(mode: Mode) -> u64 {
+    mode.scaled_runtime_ms(FULL_SCALE_RUNTIME_MS)
+}
+
+/// The I/O thread counts of Fig. 11 each mode runs.
+pub(super) fn threads(mode: Mode) -> &'static [u32] {
+    match mode {
+        Mode::Smoke => &[1],
+        Mode::Quick => &[1, 2, 4],
+        Mode::Full => &[1, 2, 4, 8, 12],
+    }
+}
+
+/// The array geometries (k, m) each mode runs.
+pub(super) fn geometries(mode: Mode) -> &'static [(usize, usize)] {
+    match mode {
+        Mode::Smoke => &[(4, 1)],
+        _ => &[(2, 1), (4, 1), (6, 1), (6, 2)],
+    }
+}
+
+/// (name, k, m, chunk bytes) of an array engine.
+pub(super) fn array_of(d: &DeviceConfig) -> Option<(String, usize, usize, u64)> {
+    let (name, k, m, chunk) = match d {
+        DeviceConfig::Raid(r) => (&r.name, r.k, r.m, r.chunk),
+        DeviceConfig::Twophase(t) => (&t.name, t.k, t.m, t.chunk),
+        DeviceConfig::Scala(c) => (&c.name, c.k, c.m, c.chunk),
+        _ => return None,
+    };
+    Some((name.clone().unwrap_or_default(), k, m, chunk.bytes()))
+}
+
+fn pattern_id(cfg: &Config, k: usize, chunk: u64) -> String {
+    let w = &cfg.workload;
+    let size = if w.bs.bytes() == k as u64 * chunk {
+        "fs".to_string()
+    } else {
+        format!("{}k", w.bs.bytes() / 1024)
+    };
+    format!("{size}-{}-qd{}", if w.rw.is_random() { "rand" } else { "seq" }, w.iodepth)
+}
+
+/// A pattern id as a table or plot names it: "full-stripe random, QD32".
+pub(super) fn pattern_title(p: &str) -> String {
+    let mut parts = p.split('-');
+    let size = match parts.next().unwrap_or("") {
+        "fs" => "full-stripe".to_string(),
+        s => format!("{} KiB", s.trim_end_matches('k')),
+    };
+    let kind = if parts.next() == Some("rand") { "random" } else { "sequential" };
+    let qd = parts.next().unwrap_or("").trim_start_matches("qd");
+    format!("{size} {kind}, QD{qd}")
+}
+
+/// Scales a case to the mode and gives `scala` its space manager's core: ScalaAFA runs its
+/// space manager on a daemon thread pinned to a core of its own (§5.6), so a scala run has one
+/// reactor more than it has I/O threads (the space manager defaults to the last reactor, where
+/// no job runs).
+fn prepare(mut cfg: Config, mode: Mode) -> Result<Config, Error> {
+    reduce_device(&mut cfg.device, mode.reduction()).map_err(Error::Input)?;
+    if cfg.workload.runtime_ms.is_some() {
+        cfg.workload.runtime_ms = Some(runtime_ms(mode));
+    }
+    if let DeviceConfig::Scala(c) = &mut cfg.device {
+        let threads = if cfg.replay.is_some() { 1 } else { cfg.workload.jobs as usize };
+        cfg.reactors = threads + 1;
+        c.space_manager_reactor = None;
+    }
+    cfg.validate().map_err(|message| Error::Config { origin: "reproduce".into(), message })?;
+    Ok(cfg)
+}
+
+pub(super) fn experiment(name: &str) -> Result<Vec<Case>, Error> {
+    let text = EXPERIMENTS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, t)| *t)
+        .ok_or_else(|| Error::Input(format!("no experiment {name}")))?;
+    sweep::expand(text, Path::new(&format!("configs/experiments/scalaafa/{name}.toml")))
+}
+
+/// Builds every run of every figure.
+pub(super) fn plan(mode: Mode, traces: &[TraceRun]) -> Result<Plan<Key>, Error> {
+    let mut p = Plan::default();
+    // Microbenchmarks: Figs. 9, 10, 11, 15.
+    for file in [
+        "fig03a-fsr-rep",
+        "fig09-micro",
+        "fig09-full-stripe",
+        "fig10-latency",
+        "fig11-threads",
+        "fig15-sources",
+    ] {
+        for case in experiment(file)? {
+            let Some((system, k, m, chunk)) = array_of(&case.config.device) else { continue };
+            if !geometries(mode).contains(&(k, m)) {
+                continue;
+            }
+            let threads = case.config.workload.jobs;
+            if !self::threads(mode).contains(&threads) {
+                continue;
+            }
+            let pattern = pattern_id(&case.config, k, chunk);
+            if system == RAID5F && (m != 1 || !pattern.starts_with("fs")) {
+                p.skip("RAID5F serves only RAID 5 full-stripe writes (§6.1)");
+                continue;
+            }
+            let cfg = prepare(case.config, mode)?;
+            let label = format!("{system}-{k}+{m}-{pattern}-t{threads}");
+            let weight = threads as f64 + if system == SCALA { 1.0 } else { 0.5 };
+            p.add(arr(&system, k, m, &pattern, threads), label, cfg, weight);
+        }
+    }
+    // The S of Fig. 11's ideal: one member alone under the same workload (as `flashrig
+    // sweep`), for each thread count.
+    for case in experiment("fig11-threads")? {
+        let Some((system, k, m, _)) = array_of(&case.config.device) else { continue };
+        let threads = case.config.workload.jobs;
+        if system != FUSION || (k, m) != (4, 1) || !self::threads(mode).contains(&threads) {
+            continue;
+        }
+        let cfg = prepare(case.config, mode)?;
+        if let Some((one, _, _)) = sweep::single_member_config(&cfg) {
+            p.add(Key::Single { threads }, format!("ssd-alone-t{threads}"), one, 0.3);
+        }
+    }
+    // The scale check: one member SSD, 64 KiB sequential writes at QD32, at full scale, as
+    // reduced here, and with blocks_per_plane divided alone; for a run as long as the
+    // microbenchmarks' (in proportion) and one three times as long, deep into SLC eviction.
+    let base = experiment("fig11-threads")?
+        .into_iter()
+        .find(|c| c.config.workload.jobs == 1)
+        .ok_or_else(|| Error::Input("fig11-threads has no one-thread case".into()))?;
+    let (one, _, _) = sweep::single_member_config(&base.config)
+        .ok_or_else(|| Error::Input("fig11-threads: members are not SSDs".into()))?;
+    for long in [false, true] {
+        let full_ms = runtime_ms(mode) * mode.divisor() * if long { 3 } else { 1 };
+        for (scale, reduction) in [
+            (CheckScale::Full, (1, 1)),
+            (CheckScale::Reduced, mode.reduction()),
+            (CheckScale::BlocksOnly, (16, 1)),
+        ] {
+            let mut cfg = one.clone();
+            reduce_device(&mut cfg.device, reduction).map_err(Error::Input)?;
+            let div = reduction.0 * reduction.1;
+            cfg.workload.runtime_ms = Some((full_ms as f64 / div as f64).round().max(1.0) as u64);
+            let label = format!("ssd-alone-{scale:?}-{}", if long { "long" } else { "short" });
+            let weight = full_ms as f64 / div as f64 / 100.0;
+            p.add(Key::ScaleCheck { scale, long }, label.to_lowercase(), cfg, weight);
+        }
+    }
+    // Traces: Figs. 12, 13, 16.
+    for case in experiment("fig12-traces")? {
+        let Some((system, ..)) = array_of(&case.config.device) else { continue };
+        for t in traces {
+            let mut cfg = case.config.clone();
+            cfg.replay = Some(t.replay.clone());
+            let cfg = prepare(cfg, mode)?;
+            let weight = 50.0 + t.requests as f64 / 10_000.0;
+            p.add(tr(&system, &t.name), format!("{system}-{}", t.name), cfg, weight);
+        }
+    }
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{FSR_REP, MDRAID, SCALA_CO, SCALA_WR};
+    use super::*;
+
+    #[test]
+    fn every_experiment_expands_and_names_its_engines() {
+        for (name, _) in EXPERIMENTS {
+            let cases = experiment(name).unwrap();
+            assert!(!cases.is_empty(), "{name}");
+            for c in cases {
+                let (system, ..) = array_of(&c.config.device).unwrap();
+                assert!(
+                    [MDRAID, RAID5F, FUSION, SCALA, SCALA_CO, SCALA_WR, FSR_REP]
+                        .contains(&system.as_str()),
+                    "{name}: {system}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn pattern_titles() {
+        assert_eq!(pattern_title("fs-rand-qd32"), "full-stripe random, QD32");
+        assert_eq!(pattern_title("4k-seq-qd1"), "4 KiB sequential, QD1");
+    }
+}
