@@ -1520,7 +1520,7 @@ fn bad_configurations_are_refused_with_a_message_naming_the_problem() {
                 )
                 .await,
             ),
-            "members of 40 blocks leave 5 horizontal heroes, not more than the 12 kept for GC",
+            "members of 40 blocks leave 4 horizontal heroes, not more than the 12 kept for GC",
         );
         check(
             "a transient area too small for two VHs",

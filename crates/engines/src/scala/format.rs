@@ -3,7 +3,8 @@
 //! - The **persistent mapping table** (PMT, §5.4) is sliced per block into each block's
 //!   metadata bytes (the SSD's OOB), written by the same program operation as the data:
 //!   [`Oob`].
-//! - A **checkpoint** holds the AMT, the converted stripes and the grant window: [`Checkpoint`].
+//! - A **checkpoint** holds the AMT, the converted stripes and the grant window: [`Checkpoint`];
+//!   a **delta** holds only the AMT pages changed since the checkpoint before it: [`Delta`].
 //! - The **superblock** names the geometry; the **trim journal** holds one record per trim.
 
 use flashrig_blockdev::{DevError, DevResult};
@@ -17,8 +18,12 @@ pub const MD_BYTES: usize = 16;
 /// with a sidecar): the record then carries a checksum of the block's data.
 pub const MD_BYTES_CHECKSUM: usize = 16;
 
-pub const SUPER_MAGIC: &[u8; 8] = b"FRSCALA1";
+pub const SUPER_MAGIC: &[u8; 8] = b"FRSCALA2";
 const CKPT_MAGIC: &[u8; 8] = b"FRSCCKP1";
+const DELTA_MAGIC: &[u8; 8] = b"FRSCDLT1";
+
+/// AMT entries per page of a delta (one 4 KiB block of 8-byte entries).
+pub const AMT_PAGE_ENTRIES: usize = 512;
 const TRIM_MAGIC: &[u8; 8] = b"FRSCTRM1";
 
 /// The slice of the PMT stored with one member block (16 bytes):
@@ -195,6 +200,130 @@ impl Checkpoint {
     }
 }
 
+/// An incremental checkpoint: the AMT pages that changed since the previous checkpoint (full or
+/// delta) of the same base, and the converted stripes and grant window as of now. Deltas of a
+/// base are appended to the delta log of the members that hold the base, in sequence; recovery
+/// applies them in order to the base.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Delta {
+    pub seq: u64,
+    /// The full checkpoint this delta extends.
+    pub base_seq: u64,
+    pub next_ts: u32,
+    /// Changed AMT pages: (page index, its `AMT_PAGE_ENTRIES` entries; the last page of the
+    /// table may be shorter).
+    pub pages: Vec<(u32, Vec<u64>)>,
+    /// Per stripe: converted (a bitset, stripe `s` at bit `s % 8` of byte `s / 8`).
+    pub converted: Vec<u8>,
+    pub stripes: u64,
+    pub scan: Vec<u32>,
+}
+
+impl Delta {
+    /// Bytes of the encoding, in whole blocks of `block_bytes`.
+    pub fn encoded_len(&self, block_bytes: usize) -> usize {
+        let body = self.pages.len() * 4
+            + self.pages.iter().map(|(_, e)| e.len() * 8).sum::<usize>()
+            + self.converted.len()
+            + self.scan.len() * 4;
+        (CKPT_HEADER_BYTES as usize + body).div_ceil(block_bytes) * block_bytes
+    }
+
+    /// Encodes: a header block, then page indices (u32), page entries (u64, page by page),
+    /// the converted bitset and the scan list (u32), padded to whole blocks. Header: magic,
+    /// seq, base_seq (u64), next_ts (u32), counts of pages, entries, converted bytes, stripes
+    /// and scan entries (u64), the encoded length (u64), crc32c of header bytes 0..76 and the
+    /// body at 76..80.
+    pub fn encode(&self, block_bytes: usize) -> Vec<u8> {
+        let len = self.encoded_len(block_bytes);
+        let mut out = vec![0u8; len];
+        let entries: usize = self.pages.iter().map(|(_, e)| e.len()).sum();
+        out[0..8].copy_from_slice(DELTA_MAGIC);
+        out[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        out[16..24].copy_from_slice(&self.base_seq.to_le_bytes());
+        out[24..28].copy_from_slice(&self.next_ts.to_le_bytes());
+        out[28..36].copy_from_slice(&(self.pages.len() as u64).to_le_bytes());
+        out[36..44].copy_from_slice(&(entries as u64).to_le_bytes());
+        out[44..52].copy_from_slice(&(self.converted.len() as u64).to_le_bytes());
+        out[52..60].copy_from_slice(&self.stripes.to_le_bytes());
+        out[60..68].copy_from_slice(&(self.scan.len() as u64).to_le_bytes());
+        out[68..76].copy_from_slice(&(len as u64).to_le_bytes());
+        let mut p = CKPT_HEADER_BYTES as usize;
+        for (i, _) in &self.pages {
+            out[p..p + 4].copy_from_slice(&i.to_le_bytes());
+            p += 4;
+        }
+        for (_, e) in &self.pages {
+            for v in e {
+                out[p..p + 8].copy_from_slice(&v.to_le_bytes());
+                p += 8;
+            }
+        }
+        out[p..p + self.converted.len()].copy_from_slice(&self.converted);
+        p += self.converted.len();
+        for s in &self.scan {
+            out[p..p + 4].copy_from_slice(&s.to_le_bytes());
+            p += 4;
+        }
+        let crc =
+            crc32c::crc32c_append(crc32c::crc32c(&out[..76]), &out[CKPT_HEADER_BYTES as usize..]);
+        out[76..80].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Decodes the delta at the start of `buf` and its length, or `None` when there is none
+    /// or a torn one. `amt_len` is the AMT's length (the last page may be shorter).
+    pub fn decode(buf: &[u8], amt_len: usize) -> Option<(Delta, usize)> {
+        if buf.len() < CKPT_HEADER_BYTES as usize || buf[0..8] != *DELTA_MAGIC {
+            return None;
+        }
+        let u64_at = |p: usize| u64::from_le_bytes(buf[p..p + 8].try_into().unwrap());
+        let len = u64_at(68) as usize;
+        if len > buf.len() || len < CKPT_HEADER_BYTES as usize {
+            return None;
+        }
+        let crc = crc32c::crc32c_append(
+            crc32c::crc32c(&buf[..76]),
+            &buf[CKPT_HEADER_BYTES as usize..len],
+        );
+        if u32::from_le_bytes(buf[76..80].try_into().unwrap()) != crc {
+            return None;
+        }
+        let (n_pages, n_entries, n_conv, n_scan) =
+            (u64_at(28) as usize, u64_at(36) as usize, u64_at(44) as usize, u64_at(60) as usize);
+        let mut p = CKPT_HEADER_BYTES as usize;
+        let need = p + n_pages * 4 + n_entries * 8 + n_conv + n_scan * 4;
+        if need > len {
+            return None;
+        }
+        let u32_at = |p: usize| u32::from_le_bytes(buf[p..p + 4].try_into().unwrap());
+        let idx: Vec<u32> = (0..n_pages).map(|i| u32_at(p + i * 4)).collect();
+        p += n_pages * 4;
+        let mut pages = Vec::with_capacity(n_pages);
+        let mut left = n_entries;
+        for i in idx {
+            let first = i as usize * AMT_PAGE_ENTRIES;
+            let n = AMT_PAGE_ENTRIES.min(amt_len.saturating_sub(first)).min(left);
+            pages.push((i, (0..n).map(|k| u64_at(p + k * 8)).collect()));
+            p += n * 8;
+            left -= n;
+        }
+        let converted = buf[p..p + n_conv].to_vec();
+        p += n_conv;
+        let scan = (0..n_scan).map(|i| u32_at(p + i * 4)).collect();
+        let d = Delta {
+            seq: u64_at(8),
+            base_seq: u64_at(16),
+            next_ts: u32::from_le_bytes(buf[24..28].try_into().unwrap()),
+            pages,
+            converted,
+            stripes: u64_at(52),
+            scan,
+        };
+        Some((d, len))
+    }
+}
+
 /// One trim, as a journal block: user blocks `first..first + count` were trimmed at `ts`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TrimRecord {
@@ -259,6 +388,34 @@ mod tests {
         assert_eq!(Checkpoint::decode(&buf), Some(c));
         buf[5000] ^= 1;
         assert_eq!(Checkpoint::decode(&buf), None);
+    }
+
+    #[test]
+    fn deltas_round_trip_follow_each_other_and_reject_torn_ones() {
+        let amt_len = 3 * AMT_PAGE_ENTRIES + 100;
+        let d = Delta {
+            seq: 8,
+            base_seq: 5,
+            next_ts: 1234,
+            pages: vec![
+                (1, (0..AMT_PAGE_ENTRIES as u64).collect()),
+                (3, (0..100u64).map(|i| i << 32 | 7).collect()),
+            ],
+            converted: vec![0b1010_0001, 0xff],
+            stripes: 16,
+            scan: vec![4, 9],
+        };
+        let mut log = d.encode(4096);
+        assert_eq!(log.len() % 4096, 0);
+        let next = Delta { seq: 9, pages: vec![], ..d.clone() };
+        log.extend(next.encode(4096));
+        let (got, len) = Delta::decode(&log, amt_len).expect("first");
+        assert_eq!(got, d);
+        let (got2, _) = Delta::decode(&log[len..], amt_len).expect("second");
+        assert_eq!(got2, next);
+        log[4096 + 10] ^= 1;
+        assert!(Delta::decode(&log, amt_len).is_none(), "a torn delta ends the chain");
+        assert!(Delta::decode(&vec![0u8; 8192], amt_len).is_none());
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! Each member's LBA space is cut into chunks of `chunk_blocks` and laid out as
 //!
 //! ```text
-//! | superblock | checkpoint A | checkpoint B | trim journal | normal area (HH)     | transient area (VH)      |
-//! | 1 chunk    | ckpt_chunks  | ckpt_chunks  | journal      | hh chunks            | vh_per_member * k chunks |
+//! | superblock | checkpoint A | checkpoint B | delta log   | trim journal | normal area (HH) | transient area (VH)      |
+//! | 1 chunk    | ckpt_chunks  | ckpt_chunks  | ckpt_chunks | journal      | hh chunks        | vh_per_member * k chunks |
 //! ```
 //!
 //! - A **horizontal hero** (HH) `s` is the chunk at the same member LBA on all k + m members
@@ -90,10 +90,11 @@ impl ScalaGeometry {
             // AMT entries, a converted byte and a scan-list entry (u32) per stripe.
             let bytes = CKPT_HEADER_BYTES + user * CKPT_AMT_ENTRY_BYTES + hh * 5;
             let c = bytes.div_ceil(chunk_bytes);
-            if fixed + 2 * c + hh <= chunks {
+            // Two full checkpoint slots and a delta log of the same size.
+            if fixed + 3 * c + hh <= chunks {
                 break c;
             }
-            hh = chunks.saturating_sub(fixed + 2 * c);
+            hh = chunks.saturating_sub(fixed + 3 * c);
         };
         let reserve_hh = ((hh as f64 * reserve_fraction).ceil() as u64).max(2 * n as u64 + 2);
         if hh <= reserve_hh + 1 {
@@ -129,9 +130,19 @@ impl ScalaGeometry {
         (1 + slot * self.ckpt_chunks) * self.chunk_blocks
     }
 
+    /// First block of the delta log (incremental checkpoints since the last full one).
+    pub fn dlog_lba(&self) -> u64 {
+        (1 + 2 * self.ckpt_chunks) * self.chunk_blocks
+    }
+
+    /// Blocks of the delta log.
+    pub fn dlog_blocks(&self) -> u64 {
+        self.ckpt_chunks * self.chunk_blocks
+    }
+
     /// First block of the trim journal.
     pub fn journal_lba(&self) -> u64 {
-        (1 + 2 * self.ckpt_chunks) * self.chunk_blocks
+        (1 + 3 * self.ckpt_chunks) * self.chunk_blocks
     }
 
     pub fn journal_blocks(&self) -> u64 {
@@ -139,7 +150,7 @@ impl ScalaGeometry {
     }
 
     fn first_hh_chunk(&self) -> u64 {
-        1 + 2 * self.ckpt_chunks + JOURNAL_CHUNKS
+        1 + 3 * self.ckpt_chunks + JOURNAL_CHUNKS
     }
 
     /// Member LBA of HH `s` (the same on every member).
@@ -190,7 +201,8 @@ mod tests {
     fn areas_do_not_overlap_and_fit() {
         let g = ScalaGeometry::new(4, 1, 16, 4096, 1 << 16, 4096, 0.05).unwrap();
         assert!(g.ckpt_lba(1) >= g.ckpt_lba(0) + g.ckpt_chunks * 16);
-        assert!(g.journal_lba() >= g.ckpt_lba(1) + g.ckpt_chunks * 16);
+        assert_eq!(g.dlog_lba(), g.ckpt_lba(1) + g.ckpt_chunks * 16);
+        assert_eq!(g.journal_lba(), g.dlog_lba() + g.dlog_blocks());
         assert_eq!(g.hh_lba(0), g.journal_lba() + g.journal_blocks());
         assert_eq!(g.vh_lba(0, 0), g.hh_lba(g.hh));
         assert!(g.vh_lba(g.vh_per_member as u32 - 1, 3) + 16 <= g.member_blocks);

@@ -94,10 +94,8 @@ pub struct ScalaOptions {
     /// idle host.
     pub idle_ns: u64,
     /// Conversions in flight at once (each one vendor command per parity member, or one host
-    /// conversion). `None`: two per member when offloaded (one converting while the next one's
-    /// sources are read), two when the host converts (one computing on the space manager's
-    /// core while the other's I/O is in flight, so a grant waits behind at most one
-    /// conversion's CPU work).
+    /// conversion). `None`: two per member (the space manager submits asynchronously, as an
+    /// SPDK thread does; host conversions then queue their CPU work on its core).
     pub convert_depth: Option<usize>,
     /// Grant-window size in HHs: what the space manager may grant before the next checkpoint,
     /// and what recovery scans. `None`: 4 grants' worth per I/O reactor, at most a quarter of
@@ -176,6 +174,7 @@ pub(crate) struct Counters {
     gc_moved_blocks: Arc<Counter>,
     recycled_vh: Arc<Counter>,
     checkpoints: Arc<Counter>,
+    checkpoint_deltas: Arc<Counter>,
     checkpoint_bytes: Arc<Counter>,
     degraded_reads: Arc<Counter>,
     reconstructed_blocks: Arc<Counter>,
@@ -220,6 +219,7 @@ impl Counters {
             gc_moved_blocks: r.counter("gc_moved_blocks"),
             recycled_vh: r.counter("recycled_vh"),
             checkpoints: r.counter("checkpoints"),
+            checkpoint_deltas: r.counter("checkpoint_deltas"),
             checkpoint_bytes: r.counter("checkpoint_bytes"),
             degraded_reads: r.counter("degraded_reads"),
             reconstructed_blocks: r.counter("reconstructed_blocks"),

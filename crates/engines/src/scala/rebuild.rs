@@ -120,6 +120,7 @@ impl Inner {
             return Err(DevError::DeviceFailed { name: format!("replacement for member {slot}") });
         }
         let _g = self.sm_work.lock(0).await;
-        self.write_checkpoint().await
+        // Full: the replacement holds no checkpoint that deltas could extend.
+        self.write_full_checkpoint().await
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use flashrig_blockdev::{DevError, DevResult};
 use futures_util::future::join_all;
 
-use super::format::{check_superblock, Checkpoint, Oob, TrimRecord};
+use super::format::{check_superblock, Checkpoint, Delta, Oob, TrimRecord, AMT_PAGE_ENTRIES};
 use super::tables::{entry, entry_afa, entry_is_data, entry_ts, state, TRIMMED};
 use super::Inner;
 
@@ -72,23 +72,33 @@ impl Inner {
         }
         step(&mut rep, 0, format!("{} members agree on the geometry", g.n));
 
-        // 2. load_checkpoint: the newest valid copy in either slot of any member.
+        // 2. load_checkpoint: the newest valid full checkpoint in either slot of any member,
+        //    then the deltas that extend it, in order, from the delta log of the members that
+        //    hold it.
         let mut best: Option<Checkpoint> = None;
+        let mut best_slot = 0;
+        let mut holders: Vec<usize> = Vec::new();
         let ckpt_bytes = (g.ckpt_chunks * g.chunk_blocks) as usize * bs;
-        for d in &members {
+        for (i, d) in members.iter().enumerate() {
             for slot in 0..2 {
                 let mut b = vec![0u8; ckpt_bytes];
                 if d.read(g.ckpt_lba(slot), &mut b, None).await.is_err() {
                     continue;
                 }
                 if let Some(c) = Checkpoint::decode(&b) {
-                    if best.as_ref().is_none_or(|x| c.seq > x.seq) {
-                        best = Some(c);
+                    match &best {
+                        Some(x) if c.seq < x.seq => {}
+                        Some(x) if c.seq == x.seq => holders.push(i),
+                        _ => {
+                            best = Some(c);
+                            best_slot = slot;
+                            holders = vec![i];
+                        }
                     }
                 }
             }
         }
-        let ckpt = best.ok_or_else(|| {
+        let mut ckpt = best.ok_or_else(|| {
             DevError::Invalid(format!(
                 "scala {}: no valid checkpoint on any member",
                 self.info.name
@@ -100,13 +110,70 @@ impl Inner {
                 self.info.name, ckpt.seq
             )));
         }
+        let base_seq = ckpt.seq;
+        // The longest chain of deltas any holder has: each delta is written to every holder,
+        // after the one before it is durable, so a holder's log is a prefix of the chain.
+        let mut chain: Vec<Delta> = Vec::new();
+        for &i in &holders {
+            let mut log = vec![0u8; g.dlog_blocks() as usize * bs];
+            if members[i].read(g.dlog_lba(), &mut log, None).await.is_err() {
+                continue;
+            }
+            let mut found = Vec::new();
+            let mut pos = 0;
+            while let Some((d, len)) = Delta::decode(&log[pos..], ckpt.amt.len()) {
+                if d.base_seq != base_seq || d.seq != base_seq + 1 + found.len() as u64 {
+                    break;
+                }
+                if d.stripes != g.hh
+                    || d.pages.iter().any(|(p, _)| *p as usize * AMT_PAGE_ENTRIES >= ckpt.amt.len())
+                {
+                    break;
+                }
+                found.push(d);
+                pos += len;
+            }
+            if found.len() > chain.len() {
+                chain = found;
+            }
+        }
+        for d in &chain {
+            for (p, entries) in &d.pages {
+                let first = *p as usize * AMT_PAGE_ENTRIES;
+                ckpt.amt[first..first + entries.len()].copy_from_slice(entries);
+            }
+            for s in 0..g.hh as usize {
+                ckpt.converted[s] = (d.converted.get(s / 8).copied().unwrap_or(0) >> (s % 8)) & 1;
+            }
+            ckpt.scan.clone_from(&d.scan);
+            ckpt.next_ts = d.next_ts;
+            ckpt.seq = d.seq;
+        }
         for (cell, &e) in self.t.amt.iter().zip(&ckpt.amt) {
             cell.store(e, Relaxed);
         }
-        // Later checkpoints must outrank this one.
-        self.mgr.lock().ckpt_seq = ckpt.seq;
+        // Later checkpoints must outrank this one, and the next full one must not overwrite
+        // the base that recovery read (the other slot may hold a base whose deltas are gone).
+        {
+            let mut mgr = self.mgr.lock();
+            mgr.ckpt_seq = ckpt.seq;
+            mgr.ckpt_base = Some(super::space::CkptBase {
+                seq: base_seq,
+                slot: best_slot,
+                members: holders.clone(),
+            });
+            mgr.dlog_used_blocks = g.dlog_blocks();
+        }
         let mut max_ts = ckpt.next_ts.saturating_sub(1);
-        step(&mut rep, 1, format!("checkpoint {} ({} stripes to scan)", ckpt.seq, ckpt.scan.len()));
+        step(
+            &mut rep,
+            1,
+            format!(
+                "checkpoint {base_seq} and {} deltas ({} stripes to scan)",
+                chain.len(),
+                ckpt.scan.len()
+            ),
+        );
 
         // 3. scan_heroes
         let chunk = g.chunk_blocks as usize;
@@ -245,7 +312,7 @@ impl Inner {
         let sm = self.sm_reactor;
         flashrig_runtime::spawn_on(sm, move || async move {
             let _g = inner.sm_work.lock(0).await;
-            inner.write_checkpoint().await
+            inner.write_full_checkpoint().await
         })
         .await?;
         step(&mut rep, 6, "recovered".into());

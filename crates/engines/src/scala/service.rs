@@ -63,8 +63,7 @@ impl Inner {
 
     /// Conversions in flight at most.
     pub(crate) fn convert_depth(&self) -> usize {
-        let default = if self.offload { 2 * self.geo.n } else { 2 };
-        self.opts.convert_depth.unwrap_or(default).max(1)
+        self.opts.convert_depth.unwrap_or(2 * self.geo.n).max(1)
     }
 
     fn vh_low_in(&self, mgr: &Manager) -> bool {
@@ -272,13 +271,14 @@ impl Inner {
         }
     }
 
-    /// A grant found nothing: conversions run until a whole batch can be granted (or nothing
-    /// is left to convert). Waiting for the whole queue instead would make the asking reactor
-    /// wait for every full group of every reactor, while the VHs of a few conversions are
-    /// enough.
+    /// A grant found nothing: conversions run until something can be granted (or nothing is
+    /// left to convert). The reactor asking has every request waiting: it gets what the first
+    /// conversions free and asks again, while conversion goes on. (Waiting for a whole batch
+    /// kept a reactor idle for a batch of conversions at every grant in the conversion phase;
+    /// waiting for the whole queue, for every full group of every reactor.)
     pub(crate) async fn wait_conversions_for_grant(self: &Arc<Self>) -> DevResult<()> {
         self.mgr.lock().grants_waiting += 1;
-        let r = self.wait_conversions(|inner| inner.batch_grantable()).await;
+        let r = self.wait_conversions(|inner| inner.grantable(1)).await;
         self.mgr.lock().grants_waiting -= 1;
         r
     }

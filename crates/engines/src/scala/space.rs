@@ -80,6 +80,12 @@ pub struct Manager {
     /// Grant requests per reactor since the last recall (the recall weights).
     pub requests: Vec<u64>,
     pub ckpt_seq: u64,
+    /// The full checkpoint the delta log extends: its sequence number, slot and the members
+    /// holding it; `None` until the first full checkpoint (and after recovery, which ends
+    /// with a full one).
+    pub ckpt_base: Option<CkptBase>,
+    /// Blocks of the delta log used since the base.
+    pub dlog_used_blocks: u64,
     /// Full hero groups collected from the reactors, not converted yet.
     pub to_convert: VecDeque<u64>,
     /// Collections of the reactors' full lists on their way (by message): until they land,
@@ -106,6 +112,8 @@ impl Manager {
             vh_free: (0..g.n).map(|_| VecDeque::new()).collect(),
             requests: vec![0; reactors],
             ckpt_seq: 0,
+            ckpt_base: None,
+            dlog_used_blocks: 0,
             to_convert: VecDeque::new(),
             collecting: 0,
             converting: 0,
@@ -115,6 +123,14 @@ impl Manager {
             convert_error: None,
         }
     }
+}
+
+/// Where the current full checkpoint is (`Manager::ckpt_base`).
+#[derive(Clone, Debug)]
+pub struct CkptBase {
+    pub seq: u64,
+    pub slot: u64,
+    pub members: Vec<usize>,
 }
 
 /// A batch of heroes sent to a reactor, or returned by one.
@@ -377,13 +393,14 @@ impl Inner {
         self.mgr.lock().window.len() < self.grant_batch() + GC_KEEP_HH
     }
 
-    /// Whether [`take_grant`](Self::take_grant) would fill a whole batch now (or take all the
-    /// window offers): enough window HHs can form groups with the free VHs (each group takes
-    /// one VH on each of its m parity members).
-    pub(crate) fn batch_grantable(&self) -> bool {
+    /// Whether [`take_grant`](Self::take_grant) would grant at least `want` hero groups now
+    /// (capped at a batch and at what the window offers beyond GC's reserve): enough window
+    /// HHs can form groups with the free VHs (each group takes one VH on each of its m parity
+    /// members).
+    pub(crate) fn grantable(&self, want: usize) -> bool {
         let mgr = self.mgr.lock();
-        // A window shorter than a batch grants what it has (bar GC's reserve).
-        let batch = self.grant_batch().min(mgr.window.len().saturating_sub(GC_KEEP_HH)).max(1);
+        let cap = self.grant_batch().min(mgr.window.len().saturating_sub(GC_KEEP_HH));
+        let batch = want.min(cap).max(1);
         let mut free: Vec<usize> = mgr.vh_free.iter().map(|v| v.len()).collect();
         let mut groups = 0;
         for &h in mgr.window.iter() {

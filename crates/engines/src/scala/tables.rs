@@ -11,6 +11,8 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 
+use super::format::AMT_PAGE_ENTRIES;
+
 /// No VH / no user block.
 pub const NONE: u32 = u32::MAX;
 /// The AFA number of a trimmed block in the AMT.
@@ -44,6 +46,9 @@ pub struct Tables {
     /// The next write timestamp (§5.4's 32-bit timestamp; 0 means "never written").
     pub next_ts: AtomicU32,
     pub m: usize,
+    /// AMT pages (of `AMT_PAGE_ENTRIES` entries) changed since the last checkpoint took them:
+    /// what the next delta checkpoint writes.
+    pub dirty: Box<[AtomicU64]>,
 }
 
 fn atomics<T>(n: u64, f: impl Fn() -> T) -> Box<[T]> {
@@ -78,7 +83,36 @@ impl Tables {
             state: atomics(stripes, || AtomicU8::new(state::FREE)),
             next_ts: AtomicU32::new(1),
             m,
+            dirty: atomics(
+                (user_blocks as usize).div_ceil(AMT_PAGE_ENTRIES).div_ceil(64) as u64,
+                || AtomicU64::new(0),
+            ),
         }
+    }
+
+    /// Marks user block `user`'s AMT page changed.
+    fn touch(&self, user: u64) {
+        let page = user as usize / AMT_PAGE_ENTRIES;
+        let bit = 1u64 << (page % 64);
+        let w = &self.dirty[page / 64];
+        // Most updates hit a page already marked: a load avoids the write to a shared line.
+        if w.load(Relaxed) & bit == 0 {
+            w.fetch_or(bit, Relaxed);
+        }
+    }
+
+    /// The AMT pages changed since the last call (or since `mark_all_clean`), clearing them.
+    pub fn take_dirty_pages(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        for (i, w) in self.dirty.iter().enumerate() {
+            let mut bits = w.swap(0, Relaxed);
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                out.push((i * 64) as u32 + b);
+                bits &= bits - 1;
+            }
+        }
+        out
     }
 
     pub fn take_ts(&self) -> u32 {
@@ -117,6 +151,7 @@ impl Tables {
                 Err(o) => old = o,
             }
         }
+        self.touch(user);
         if afa != TRIMMED {
             self.valid[stripe_of(afa) as usize].fetch_add(1, Relaxed);
         }
@@ -131,6 +166,7 @@ impl Tables {
     pub fn remap(&self, user: u64, from: u64, to_afa: u32, stripe_of: impl Fn(u32) -> u64) -> bool {
         let to = entry(entry_ts(from), to_afa);
         if self.amt[user as usize].compare_exchange(from, to, Relaxed, Relaxed).is_ok() {
+            self.touch(user);
             self.valid[stripe_of(to_afa) as usize].fetch_add(1, Relaxed);
             self.valid[stripe_of(entry_afa(from)) as usize].fetch_sub(1, Relaxed);
             true
