@@ -24,6 +24,21 @@ fn all_positive(path: &str, v: &toml::Value, seen: &mut usize) {
             *seen += 1;
             assert!(*f > 0.0 && f.is_finite(), "{path} = {f}");
         }
+        // The kernel profile's synchronisation cost by threads: (threads, ns) points, the cost
+        // never falling as threads are added (one thread pays none).
+        toml::Value::Array(points) if path.ends_with(".sync_ns_by_threads") => {
+            let pairs: Vec<(i64, i64)> = points
+                .iter()
+                .map(|p| match p.as_array().map(|a| a.as_slice()) {
+                    Some([toml::Value::Integer(t), toml::Value::Integer(ns)]) => (*t, *ns),
+                    _ => panic!("{path}: {p:?} is not a (threads, ns) pair"),
+                })
+                .collect();
+            assert!(!pairs.is_empty(), "{path} is empty");
+            assert!(pairs.iter().all(|&(t, ns)| t > 0 && ns >= 0), "{path} = {pairs:?}");
+            assert!(pairs.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1), "{pairs:?}");
+            *seen += 1;
+        }
         other => panic!("{path}: unexpected value {other:?}"),
     }
 }

@@ -256,6 +256,10 @@ pub struct TwophaseConfig {
     pub low_watermark: Option<f64>,
     #[serde(default = "default_kernel")]
     pub host: String,
+    /// Background conversion tasks (default: one per reactor, FusionRAID's kernel worker
+    /// threads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub convert_workers: Option<usize>,
     /// `create` (trim the members, then start empty; the default), `new` (members known to
     /// be blank: fresh RAM disks or SSDs, skips the trims), or `recover` (rebuild the array
     /// from what the members hold, after a crash or a clean stop).
@@ -304,6 +308,18 @@ pub struct ScalaConfig {
     /// Horizontal heroes the space manager grants per batch (§5.2: 1024).
     #[serde(default = "default_grant_heroes")]
     pub grant_heroes: usize,
+    /// Conversions in flight at once (default: two per member when offloaded, two on the
+    /// host; docs/scala.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub convert_depth: Option<usize>,
+    /// Background conversion runs while free vertical heroes are below this fraction of all
+    /// (§5.2 "heroes are running out"; default 0.25) ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vh_low_fraction: Option<f64>,
+    /// ... or once no user request has been outstanding for this long, in microseconds (§5.2
+    /// "the CPU is idle"; default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_us: Option<u64>,
     /// The reactor the space manager runs on (default: the last).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub space_manager_reactor: Option<usize>,
@@ -461,6 +477,10 @@ pub struct WorkloadConfig {
     pub rate_iops: Option<u64>,
     /// Flush the stack when the jobs end, and count the flush in the run.
     pub final_flush: bool,
+    /// The result's time series: one point per this many milliseconds of the runtime's clock
+    /// (default 1000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub series_ms: Option<u64>,
     /// Stamp every written block with its address and version (a header and a CRC, as
     /// flashrig-check verifies). `false` sends the same buffer for every write, for
     /// timing-only runs (an SSD in payload mode `none`) where stamping would dominate.
@@ -468,6 +488,11 @@ pub struct WorkloadConfig {
 }
 
 impl WorkloadConfig {
+    /// The time series' interval in ns (0: the default of one second).
+    pub fn series_interval_ns(&self) -> u64 {
+        self.series_ms.map_or(0, |ms| ms.saturating_mul(1_000_000))
+    }
+
     /// The largest request a job issues (`bs`, or the largest size of `bssplit`).
     pub fn max_request_bytes(&self) -> u64 {
         self.bssplit.max_bytes().unwrap_or(self.bs.bytes())
@@ -504,6 +529,7 @@ impl Default for WorkloadConfig {
             rate_iops: None,
             final_flush: true,
             stamp: true,
+            series_ms: None,
         }
     }
 }
@@ -652,6 +678,9 @@ fn validate_device(d: &DeviceConfig, at: &str) -> Result<(), String> {
                     t.watermark
                 ));
             }
+            if t.convert_workers == Some(0) {
+                return Err(format!("{at}.convert_workers must be at least 1"));
+            }
         }
         DeviceConfig::Raid(r) => {
             check_array(r.k, r.m, r.chunk, &r.host, &r.members, &r.member, r.width, at)?
@@ -663,6 +692,14 @@ fn validate_device(d: &DeviceConfig, at: &str) -> Result<(), String> {
             }
             if c.grant_heroes == 0 {
                 return Err(format!("{at}.grant_heroes must be at least 1"));
+            }
+            if c.convert_depth == Some(0) {
+                return Err(format!("{at}.convert_depth must be at least 1"));
+            }
+            if let Some(f) = c.vh_low_fraction {
+                if !(0.0..=1.0).contains(&f) {
+                    return Err(format!("{at}.vh_low_fraction = {f}: must be between 0 and 1"));
+                }
             }
         }
         DeviceConfig::Ssd(spec) => spec.0.validate().map_err(|e| format!("{at}: {e}"))?,

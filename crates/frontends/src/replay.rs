@@ -80,6 +80,10 @@ pub struct PreconditionConfig {
     pub fill_bs: Size,
     /// Then overwrite this many bytes at uniformly random 4 KiB-aligned offsets.
     pub random_overwrite: Size,
+    /// Then write this many bytes sequentially from the first block, in `fill_bs` requests
+    /// (wrapping at the end): brings an engine to a phase, such as a two-phase array's
+    /// conversion phase, without writing all of it.
+    pub write: Size,
     pub iodepth: u32,
 }
 
@@ -89,6 +93,7 @@ impl Default for PreconditionConfig {
             fill: false,
             fill_bs: Size::kib(128),
             random_overwrite: Size(0),
+            write: Size(0),
             iodepth: 32,
         }
     }
@@ -96,7 +101,7 @@ impl Default for PreconditionConfig {
 
 impl PreconditionConfig {
     pub fn is_active(&self) -> bool {
-        self.fill || self.random_overwrite.bytes() > 0
+        self.fill || self.random_overwrite.bytes() > 0 || self.write.bytes() > 0
     }
 }
 
@@ -189,12 +194,20 @@ async fn issue(
 
 /// Replays `cfg` against `dev`.
 pub async fn replay(dev: DevRef, cfg: ReplayConfig) -> Result<(JobOutcome, ReplayCounts), Error> {
+    replay_with_series(dev, cfg, 0).await
+}
+
+/// Replays `cfg` against `dev`, with a time series of `series_interval_ns` (0: the default).
+pub async fn replay_with_series(
+    dev: DevRef,
+    cfg: ReplayConfig,
+    series_interval_ns: u64,
+) -> Result<(JobOutcome, ReplayCounts), Error> {
     let mut reader = cfg.open()?;
     let bs = dev.info().block_size as u64;
     let cap = dev.info().num_blocks;
     let start = now_ns();
-    let out =
-        Rc::new(RefCell::new(JobOutcome { start_ns: start, end_ns: start, ..Default::default() }));
+    let out = Rc::new(RefCell::new(JobOutcome::starting(start, series_interval_ns)));
     let mut counts = ReplayCounts::default();
     let limit = cfg.max_requests.unwrap_or(u64::MAX);
     match cfg.mode {
@@ -299,6 +312,13 @@ pub async fn precondition(dev: &DevRef, p: &PreconditionConfig, seed: u64) -> Re
     let n = p.random_overwrite.bytes() / (unit * bs);
     if n > 0 {
         closed_loop(dev.clone(), true, Access::Rand, unit, qd, n, cap, seed ^ 0xC0DE)
+            .await
+            .map_err(failed)?;
+    }
+    let fb = (p.fill_bs.bytes() / bs).clamp(1, cap);
+    let n = p.write.bytes().div_ceil(fb * bs);
+    if n > 0 {
+        closed_loop(dev.clone(), true, Access::Seq, fb, qd, n, cap, seed ^ 0x5E0)
             .await
             .map_err(failed)?;
     }

@@ -130,7 +130,9 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
             crate::replay::precondition(&dev, &cfg.precondition, cfg.seed).await?;
         }
         if let Some(r) = &cfg.replay {
-            let (total, counts) = crate::replay::replay(dev.clone(), r.clone()).await?;
+            let interval = cfg.workload.series_interval_ns();
+            let (total, counts) =
+                crate::replay::replay_with_series(dev.clone(), r.clone(), interval).await?;
             let layers = snapshot_stack(dev.as_ref());
             return Ok((vec![total.clone()], total, layers, Some(counts)));
         }
@@ -149,7 +151,11 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
         for h in handles {
             jobs.push(h.await);
         }
-        let mut total = JobOutcome { start_ns: u64::MAX, ..Default::default() };
+        let mut total = JobOutcome {
+            start_ns: u64::MAX,
+            series_interval_ns: cfg.workload.series_interval_ns(),
+            ..Default::default()
+        };
         for j in &jobs {
             total.merge(j);
         }
@@ -326,7 +332,9 @@ pub fn render_summary(cfg: &Config, run: &RunOutput) -> String {
         },
         busy.join("  ")
     ));
+    render_engine_layers(&run.result.layers, &mut out);
     render_ssd_layers(&run.result.layers, &mut out);
+    render_ssd_totals(&run.result.layers, &mut out);
     if s.errors > 0 {
         out.push_str(&format!(
             "  ERRORS {}: first: {}\n",
@@ -335,6 +343,81 @@ pub fn render_summary(cfg: &Config, run: &RunOutput) -> String {
         ));
     }
     out
+}
+
+/// One line per two-phase engine in the stack: conversions (by where they ran and why),
+/// GC, waits and the host write amplification.
+fn render_engine_layers(layer: &flashrig_metrics::LayerSnapshot, out: &mut String) {
+    let c = |k: &str| layer.counters.get(k).copied().unwrap_or(0);
+    let wa = layer.values.get("host_write_amplification").copied().unwrap_or(f64::NAN);
+    match layer.kind.as_str() {
+        "scala" => out.push_str(&format!(
+            "  {}: {} stripes converted ({} in the SSDs, {} on the host; started by VHs \
+             running low {}, idle host {}, waiting grants {}, drains {}), {} GC stripes, \
+             {} writes waited for a grant; host write amplification {:.2}\n",
+            layer.name,
+            c("conversions_ssd") + c("conversions_host"),
+            c("conversions_ssd"),
+            c("conversions_host"),
+            c("conversions_low"),
+            c("conversions_idle"),
+            c("conversions_grant"),
+            c("conversions_drain"),
+            c("gc_stripes"),
+            c("grant_waits"),
+            wa
+        )),
+        "twophase" => out.push_str(&format!(
+            "  {}: {} stripes converted, {} GC stripes, {} writes delayed by conversion or GC; \
+             host write amplification {:.2}\n",
+            layer.name,
+            c("conversions"),
+            c("gc_runs"),
+            c("delayed_writes"),
+            wa
+        )),
+        _ => {}
+    }
+    for child in &layer.children {
+        render_engine_layers(child, out);
+    }
+}
+
+/// The emulated SSDs of the stack together: what the host wrote, what the NAND programmed in
+/// SLC and dense pages, and the write amplification from host writes to NAND programs.
+fn render_ssd_totals(layer: &flashrig_metrics::LayerSnapshot, out: &mut String) {
+    fn sum(l: &flashrig_metrics::LayerSnapshot, acc: &mut [u64; 6]) {
+        if l.kind == "ssd" {
+            let c = |k: &str| l.counters.get(k).copied().unwrap_or(0);
+            acc[0] += 1;
+            acc[1] += c("host_write_bytes");
+            acc[2] += c("nand_program_bytes");
+            acc[3] += c("nand_page_programs_slc");
+            acc[4] += c("nand_page_programs_mlc")
+                + c("nand_page_programs_tlc")
+                + c("nand_page_programs_qlc");
+            acc[5] += c("slc_evictions");
+        }
+        for ch in &l.children {
+            sum(ch, acc);
+        }
+    }
+    let mut a = [0u64; 6];
+    sum(layer, &mut a);
+    if a[0] < 2 || a[1] == 0 {
+        return;
+    }
+    out.push_str(&format!(
+        "  {} SSDs together: host wrote {}, NAND programmed {} ({} SLC pages, {} dense pages; \
+         {} units evicted from SLC): NAND write amplification {:.2}\n",
+        a[0],
+        human_bytes(a[1] as f64),
+        human_bytes(a[2] as f64),
+        a[3],
+        a[4],
+        a[5],
+        a[2] as f64 / a[1] as f64
+    ));
 }
 
 /// One line per emulated SSD in the stack: write amplification, GC and wear.

@@ -140,6 +140,7 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
             opts.chunk_blocks = t.chunk.bytes() / bs;
             opts.watermark_fraction = t.watermark;
             opts.low_watermark_fraction = t.low_watermark.unwrap_or(t.watermark / 2.0);
+            opts.convert_workers = t.convert_workers;
             opts.costs = Arc::new(costs);
             // The kernel profile models FusionRAID, a lock-based kernel engine.
             opts.lock = (t.host == "kernel").then(|| Arc::new(SharedLockModel::new()));
@@ -218,6 +219,13 @@ fn scala_options(
         opts.transient_blocks_per_member = Some(bytes / bs);
     }
     opts.grant_heroes = c.grant_heroes;
+    opts.convert_depth = c.convert_depth;
+    if let Some(f) = c.vh_low_fraction {
+        opts.vh_low_fraction = f;
+    }
+    if let Some(us) = c.idle_us {
+        opts.idle_ns = us.saturating_mul(1000);
+    }
     opts.space_manager_reactor = c.space_manager_reactor;
     opts.costs = Arc::new(costs);
     Ok(opts)

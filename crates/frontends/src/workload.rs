@@ -33,8 +33,10 @@ pub struct JobOutcome {
     pub end_ns: u64,
     /// The job stopped because its clock never moved (see [`STALL_OPS`]).
     pub stalled: bool,
-    /// Completions per [`SERIES_INTERVAL_NS`] of the runtime's clock since `start_ns`.
+    /// Completions per interval of the runtime's clock since `start_ns`.
     pub series: Vec<SeriesPoint>,
+    /// The series' interval; 0 is [`SERIES_INTERVAL_NS`].
+    pub series_interval_ns: u64,
 }
 
 /// How far a run has come, for the progress bar: shared with a display thread, so atomics.
@@ -48,7 +50,8 @@ pub struct Progress {
     pub clock_ns: AtomicU64,
 }
 
-/// The time series' resolution: one point per second of the runtime's clock (virtual in sim).
+/// The time series' default resolution: one point per second of the runtime's clock (virtual
+/// in sim); `workload.series_ms` sets another.
 pub const SERIES_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// Completions in one interval of the time series.
@@ -66,10 +69,25 @@ pub const STALL_OPS: u64 = 1_000_000;
 const YIELD_EVERY_OPS: u64 = 64;
 
 impl JobOutcome {
+    /// An outcome starting at `start_ns` with a time series of `series_interval_ns` (0: the
+    /// default).
+    pub fn starting(start_ns: u64, series_interval_ns: u64) -> JobOutcome {
+        JobOutcome { start_ns, end_ns: start_ns, series_interval_ns, ..Default::default() }
+    }
+
+    /// The time series' interval.
+    pub fn interval_ns(&self) -> u64 {
+        if self.series_interval_ns == 0 {
+            SERIES_INTERVAL_NS
+        } else {
+            self.series_interval_ns
+        }
+    }
+
     /// Records a successful request that completed at `t1_ns` after `latency_ns`.
     pub fn record(&mut self, t1_ns: u64, read: bool, bytes: u64, latency_ns: u64) {
         self.end_ns = self.end_ns.max(t1_ns);
-        let i = (t1_ns.saturating_sub(self.start_ns) / SERIES_INTERVAL_NS) as usize;
+        let i = (t1_ns.saturating_sub(self.start_ns) / self.interval_ns()) as usize;
         if self.series.len() <= i {
             self.series.resize(i + 1, SeriesPoint::default());
         }
@@ -102,6 +120,9 @@ impl JobOutcome {
         self.write_latency.merge(&o.write_latency);
         self.start_ns = self.start_ns.min(o.start_ns);
         self.end_ns = self.end_ns.max(o.end_ns);
+        if self.series_interval_ns == 0 {
+            self.series_interval_ns = o.series_interval_ns;
+        }
         // Jobs start together; their series line up by interval.
         if self.series.len() < o.series.len() {
             self.series.resize(o.series.len(), SeriesPoint::default());
@@ -151,7 +172,7 @@ impl JobOutcome {
             read_latency: self.read_latency.summary(),
             write_latency: self.write_latency.summary(),
             latency_cdf,
-            series_interval_ns: SERIES_INTERVAL_NS,
+            series_interval_ns: self.interval_ns(),
             series: self.series.clone(),
         }
     }
@@ -348,8 +369,7 @@ pub async fn run_job(
         read_percent: w.rw.read_percent(w.rwmixread),
         write_seq: 0,
     }));
-    let outcome =
-        Rc::new(RefCell::new(JobOutcome { start_ns: start, end_ns: start, ..Default::default() }));
+    let outcome = Rc::new(RefCell::new(JobOutcome::starting(start, w.series_interval_ns())));
     let mut slots = Vec::new();
     for _ in 0..w.iodepth {
         let dev = dev.clone();

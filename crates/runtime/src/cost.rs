@@ -47,6 +47,7 @@ pub struct HostCosts {
     /// extended beyond the last with the last segment's slope; empty: none. The kernel
     /// profile's points are derived from FusionRAID's measured scaling (§3.1); see
     /// [`KERNEL_SYNC_NS`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sync_ns_by_threads: Vec<(u32, u64)>,
 }
 
@@ -214,10 +215,7 @@ impl HostCosts {
         if p.len() == 1 || t <= first_t as f64 {
             return first_ns;
         }
-        let seg = p
-            .windows(2)
-            .find(|w| t <= w[1].0 as f64)
-            .unwrap_or(&p[p.len() - 2..]);
+        let seg = p.windows(2).find(|w| t <= w[1].0 as f64).unwrap_or(&p[p.len() - 2..]);
         let ((t0, y0), (t1, y1)) = (seg[0], seg[1]);
         let slope = (y1 as f64 - y0 as f64) / (t1 as f64 - t0 as f64).max(1.0);
         (y0 as f64 + slope * (t - t0 as f64)).round().max(0.0) as u64
