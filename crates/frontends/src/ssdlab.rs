@@ -357,23 +357,47 @@ real traces (§3.7.12).";
 /// What the bandwidth table shows (part of the generated report).
 const BANDWIDTH_DISCUSSION: &str = "\
 Reading the table. Every run is on a fresh device and stays within the 6 GB static SLC cache
-(reads follow a sequential fill, so they read SLC pages too). The model is above the datasheet
-on every row, and the reason is visible in the numbers: every row
-saturates the host link (PCIe 4.0 x4, 7877 MB/s = 1.92 M 4 KiB transfers per second), which
-is the only limit left. Two things the preset does not have would lower them, and neither has
-a published value: (1) the controller's own time per command (`command_ns = 0`): the 1 M IOPS
-ratings are controller limits, and a per-command cost derived from them would be fitted to the
-figure, which we do not do; (2) SLC-mode timings of Samsung's V6 die: the preset takes
-tR = 4 us and tPROG = 75 us from Kioxia's ISSCC 2020 3D SLC die, optimistic for SLC mode on a
-TLC die, so 64 planes program SLC pages far faster than 5 GB/s. With TLC timings (45 us read,
-450 us program) the same geometry reads 4 KiB at 32 outstanding commands in about 60 us and
-programs at 64 x 16 KiB / 450 us = 2.3 GB/s, the range of Samsung's after-TurboWrite figure.
-To study a device closer to the datasheet, set `firmware.command_ns` to a measured controller
-cost or lengthen the SLC timings with a source; the report will show the effect.";
+(reads follow a sequential fill, so they read SLC pages too). The random rows measure the
+controller: the preset's `command_ns = 1000` is derived from this same 1,000,000 IOPS rating
+(1 s / 10^6 commands, processed one at a time; docs/ssd-presets.md, samsung-980pro), so those
+four rows are inputs reproduced, not checks. Before the controller was modelled
+(`command_ns = 0`) they measured 1631K (reads, 1 x QD32) and 1919K IOPS, the PCIe 4.0 x4 link's
+1.92 M 4 KiB transfers per second. The sequential rows stay above the datasheet, and the reason
+is visible in the numbers: both saturate the host link (7877 MB/s, PCIe 4.0 x4 at its line
+rate), the only limit left for 128 KiB commands. Two things the preset does not have would
+lower them: (1) PCIe protocol overhead: the link rate counts no TLP headers, sequence numbers,
+CRCs or flow-control packets; our estimate, about 24 bytes of framing, sequence number,
+4-DW header and LCRC per packet, costs 8.6% at 256-byte payloads and 16% at 128-byte ones
+(about the distance to 7000 MB/s), but the payload size is the platform's and no measured
+value for this drive is published; (2) SLC-mode timings of Samsung's V6 die:
+the preset takes tR = 4 us and tPROG = 75 us from Kioxia's ISSCC 2020 3D SLC die, optimistic
+for SLC mode on a TLC die, so 64 planes program SLC pages far faster than 5 GB/s. With TLC
+timings (45 us read, 450 us program) the same geometry programs at 64 x 16 KiB / 450 us =
+2.3 GB/s, the range of Samsung's after-TurboWrite figure. To study a device closer to the
+datasheet, lower `firmware.host_mb_per_s` by a measured link efficiency or lengthen the SLC
+timings with a source; the report will show the effect.";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_committed_report_holds_the_current_prose() {
+        // `flashrig validate ssd` rewrites docs/validation.md from these texts, so a paragraph
+        // edited in the document alone would be reverted by the next run (the bandwidth
+        // discussion once said `command_ns = 0` after the presets gained a controller cost).
+        let doc = include_str!("../../../docs/validation.md");
+        for (name, text) in [
+            ("WAF_METHOD", WAF_METHOD),
+            ("WAF_DISCUSSION", WAF_DISCUSSION),
+            ("BANDWIDTH_DISCUSSION", BANDWIDTH_DISCUSSION),
+        ] {
+            assert!(
+                doc.contains(text.trim_end()),
+                "docs/validation.md does not hold {name} as ssdlab.rs has it: change both"
+            );
+        }
+    }
 
     #[test]
     fn analytic_waf_solves_the_steady_state_equation() {
