@@ -303,7 +303,8 @@ enum TraceCommand {
         to: String,
     },
     /// Generate a synthetic trace with the read/write mix and mean sizes of a row of
-    /// ScalaAFA's Table 2 (proxy0, prn, src2, CFS, DAP, webmail).
+    /// ScalaAFA's Table 2 (proxy0, prn, src2, CFS, DAP, webmail) and, by default, the locality
+    /// published for the trace (docs/traces.md).
     Synth {
         /// The Table 2 row to imitate.
         #[arg(long)]
@@ -315,6 +316,11 @@ enum TraceCommand {
         span: String,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Addresses: `published` (working set, hot/cold skew and sequential runs from the
+        /// published characterisations, the faithful stand-in) or `none` (uniform over the
+        /// span, the first version; same times, kinds and sizes).
+        #[arg(long, default_value = "published")]
+        locality: String,
         #[arg(long, short = 'o')]
         out: PathBuf,
         #[arg(long, default_value = "msr")]
@@ -682,21 +688,10 @@ fn trace(cmd: TraceCommand) -> Result<(), Error> {
                 out.display()
             );
         }
-        TraceCommand::Synth { like, requests, span, seed, out, to } => {
-            let row = tracecmd::TABLE2
-                .iter()
-                .find(|r| r.name.eq_ignore_ascii_case(like))
-                .ok_or_else(|| {
-                    Error::Input(format!(
-                        "--like {like}: not a row of ScalaAFA Table 2 ({})",
-                        tracecmd::TABLE2.iter().map(|r| r.name).collect::<Vec<_>>().join(", ")
-                    ))
-                })?;
+        TraceCommand::Synth { like, requests, span, seed, locality, out, to } => {
+            let locality = tracecmd::parse_locality(locality)?;
             let span = size_arg("--span", &Some(span.clone()))?.unwrap_or(0);
-            if span < 1 << 20 {
-                return Err(Error::Input(format!("--span: at least 1 MiB, got {span} bytes")));
-            }
-            let reqs = tracecmd::synth(row, *requests, span, *seed);
+            let reqs = tracecmd::synth_like(like, *requests, span, *seed, locality)?;
             tracecmd::write_trace(&reqs, out, to)?;
         }
         TraceCommand::Reduce { input, out, method, capacity, factor, to } => {

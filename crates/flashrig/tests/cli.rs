@@ -350,6 +350,19 @@ fn trace_tools_read_count_convert_and_reduce() {
     assert_eq!(s["avg_read_kib"].as_f64(), Some(8.0));
     assert_eq!(s["unaligned_write_ratio"][0].as_f64(), Some(0.5));
     assert_eq!(v["format"], "msr");
+    // Their locality: start addresses 0, 8192 and 16384 (the first read starts where the first
+    // write did); no request starts where the previous one of its kind ended; pages 0-5
+    // touched, 0, 2 and 3 written, and of the four pages read only page 0 was written before.
+    let l = &v["locality"];
+    assert_eq!(l["distinct_addresses"], 3);
+    assert_eq!(l["distinct_address_ratio"].as_f64(), Some(0.75));
+    assert_eq!(l["reads_to_written_addresses"], 1);
+    assert_eq!(
+        (l["sequential_reads"].as_u64(), l["sequential_writes"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!((l["pages_touched"].as_u64(), l["pages_written"].as_u64()), (Some(6), Some(3)));
+    assert_eq!(l["read_pages_written_fraction"].as_f64(), Some(0.25));
 
     // Convert to DiskSim and back: the same statistics.
     let ds = d.join("t.disksim");
@@ -367,6 +380,7 @@ fn trace_tools_read_count_convert_and_reduce() {
     let w: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(w["format"], "disksim");
     assert_eq!(w["stats"], v["stats"]);
+    assert_eq!(w["locality"], v["locality"]);
 
     // A malformed line names the file and the line; --skip-bad skips and counts it.
     let bad = write(
@@ -599,4 +613,97 @@ fn synthetic_traces_match_their_table_2_rows() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("Table 2"));
+}
+
+#[test]
+fn synthetic_traces_have_published_locality_unless_told_otherwise() {
+    // `--locality published` (the default) gives a stand-in the working set published for its
+    // trace: prn revisits its addresses (0.1715 distinct start addresses per request,
+    // docs/traces.md), where `none` draws offsets uniformly over 16 GiB and almost never
+    // repeats one. Both draw the same times, kinds and sizes, so Table 2's columns agree.
+    let dir = scratch();
+    let synth = |extra: &[&str], name: &str| -> PathBuf {
+        let path = dir.path().join(name);
+        let mut args = vec![
+            "trace",
+            "synth",
+            "--like",
+            "prn",
+            "--requests",
+            "20000",
+            "-o",
+            path.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = flashrig(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        path
+    };
+    let stats = |path: &Path| -> serde_json::Value {
+        let out = flashrig(&["trace", "stats", path.to_str().unwrap(), "--json"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let default = synth(&[], "default.csv");
+    let published = synth(&["--locality", "published"], "published.csv");
+    let none = synth(&["--locality", "none"], "none.csv");
+    assert_eq!(std::fs::read(&default).unwrap(), std::fs::read(&published).unwrap());
+    let (p, n) = (stats(&published), stats(&none));
+    assert_eq!(p["stats"]["write_count"], n["stats"]["write_count"]);
+    assert_eq!(p["stats"]["avg_write_kib"], n["stats"]["avg_write_kib"]);
+    assert_eq!(p["stats"]["avg_read_kib"], n["stats"]["avg_read_kib"]);
+    let ratio = |v: &serde_json::Value, key: &str| v["locality"][key].as_f64().unwrap();
+    let (pd, nd) = (ratio(&p, "distinct_address_ratio"), ratio(&n, "distinct_address_ratio"));
+    assert!((pd - 0.1715).abs() < 0.01, "published: {pd} distinct addresses per request");
+    assert!(nd > 0.99, "none: {nd} distinct addresses per request");
+    // Fewer distinct pages written per byte written: a working set, overwritten.
+    let (pw, nw) = (ratio(&p, "written_footprint_ratio"), ratio(&n, "written_footprint_ratio"));
+    assert!(pw < nw / 2.0, "written footprint: published {pw}, none {nw}");
+    // The text form says it too.
+    let out = flashrig(&["trace", "stats", published.to_str().unwrap()]);
+    assert!(text(&out.stdout).contains("distinct addresses per request"), "{}", text(&out.stdout));
+
+    // The committed samples are the first version's output, `--locality none`, byte for byte.
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../traces/samples");
+    for row in ["proxy0", "prn", "DAP"] {
+        let path = dir.path().join(format!("{row}-none.csv"));
+        let out = flashrig(&[
+            "trace",
+            "synth",
+            "--like",
+            row,
+            "--requests",
+            "2000",
+            "--locality",
+            "none",
+            "-o",
+            path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let committed = samples.join(format!("{row}-synth.csv"));
+        assert!(
+            std::fs::read(&path).unwrap() == std::fs::read(&committed).unwrap(),
+            "{} is not `--locality none` output",
+            committed.display()
+        );
+    }
+
+    // A value that is neither names the flag and the choices, with exit status 2.
+    let out = flashrig(&[
+        "trace",
+        "synth",
+        "--like",
+        "prn",
+        "--locality",
+        "sparse",
+        "-o",
+        dir.path().join("x.csv").to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for needle in ["--locality sparse", "published", "none"] {
+        assert!(stderr.contains(needle), "expected {needle:?} in: {stderr}");
+    }
+    assert!(!dir.path().join("x.csv").exists(), "nothing written for a bad option");
 }

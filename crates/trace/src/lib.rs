@@ -17,5 +17,5 @@ pub use bench::bench_parse_msr;
 pub use error::TraceError;
 pub use formats::{detect, detect_file, open, open_with, Format, Options, Reader};
 pub use record::Request;
-pub use stats::{LocalityReport, TraceStats};
+pub use stats::{LocalityReport, LocalityStats, TraceStats};
 pub use synth::{Locality, Synth, Table2Row, TABLE2};

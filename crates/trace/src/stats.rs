@@ -212,48 +212,11 @@ impl LocalityReport {
     /// Characterise a whole request sequence in one pass. Memory is one hash-set entry per
     /// distinct address and per distinct page.
     pub fn of<'a>(reqs: impl IntoIterator<Item = &'a Request>) -> Self {
-        let mut out = Self::default();
-        let mut addresses: FxHashMap<(u32, u64), bool> = FxHashMap::default();
-        let mut touched: FxHashSet<(u32, u64)> = Default::default();
-        let mut written: FxHashSet<(u32, u64)> = Default::default();
-        // The end of the previous read and of the previous write, with its device.
-        let mut last_end: [Option<(u32, u64)>; 2] = [None, None];
+        let mut acc = LocalityStats::new();
         for r in reqs {
-            out.requests += 1;
-            let kind = r.write as usize;
-            if last_end[kind] == Some((r.device, r.offset_bytes)) {
-                if r.write {
-                    out.sequential_writes += 1;
-                } else {
-                    out.sequential_reads += 1;
-                }
-            }
-            last_end[kind] = Some((r.device, r.end_bytes()));
-            let key = (r.device, r.offset_bytes);
-            if r.write {
-                out.writes += 1;
-                out.write_bytes = out.write_bytes.saturating_add(r.size_bytes);
-                addresses.insert(key, true);
-                for p in pages(r) {
-                    written.insert((r.device, p));
-                    touched.insert((r.device, p));
-                }
-            } else {
-                out.reads += 1;
-                out.read_bytes = out.read_bytes.saturating_add(r.size_bytes);
-                let was_written = addresses.entry(key).or_insert(false);
-                out.reads_to_written_addresses += *was_written as u64;
-                for p in pages(r) {
-                    out.pages_read += 1;
-                    out.pages_read_after_write += written.contains(&(r.device, p)) as u64;
-                    touched.insert((r.device, p));
-                }
-            }
+            acc.add(r);
         }
-        out.distinct_addresses = addresses.len() as u64;
-        out.pages_touched = touched.len() as u64;
-        out.pages_written = written.len() as u64;
-        out
+        acc.report()
     }
 
     /// Distinct start addresses per request (0 for an empty trace).
@@ -300,6 +263,73 @@ impl LocalityReport {
             0.0
         } else {
             (self.pages_written * PAGE_BYTES) as f64 / self.write_bytes as f64
+        }
+    }
+}
+
+/// Accumulates a [`LocalityReport`] over a stream of requests, for traces read line by line
+/// (`flashrig trace stats`) that are too long to hold in memory; [`LocalityReport::of`] runs
+/// it over a sequence already in memory. Memory is one hash-set entry per distinct address and
+/// per distinct page.
+#[derive(Debug, Clone, Default)]
+pub struct LocalityStats {
+    out: LocalityReport,
+    /// Every (device, start offset) seen, and whether a write started there.
+    addresses: FxHashMap<(u32, u64), bool>,
+    touched: FxHashSet<(u32, u64)>,
+    written: FxHashSet<(u32, u64)>,
+    /// The end of the previous read (index 0) and of the previous write (1), with its device.
+    last_end: [Option<(u32, u64)>; 2],
+}
+
+impl LocalityStats {
+    /// Nothing seen yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Account one request.
+    pub fn add(&mut self, r: &Request) {
+        let out = &mut self.out;
+        out.requests += 1;
+        let kind = r.write as usize;
+        if self.last_end[kind] == Some((r.device, r.offset_bytes)) {
+            if r.write {
+                out.sequential_writes += 1;
+            } else {
+                out.sequential_reads += 1;
+            }
+        }
+        self.last_end[kind] = Some((r.device, r.end_bytes()));
+        let key = (r.device, r.offset_bytes);
+        if r.write {
+            out.writes += 1;
+            out.write_bytes = out.write_bytes.saturating_add(r.size_bytes);
+            self.addresses.insert(key, true);
+            for p in pages(r) {
+                self.written.insert((r.device, p));
+                self.touched.insert((r.device, p));
+            }
+        } else {
+            out.reads += 1;
+            out.read_bytes = out.read_bytes.saturating_add(r.size_bytes);
+            let was_written = self.addresses.entry(key).or_insert(false);
+            out.reads_to_written_addresses += *was_written as u64;
+            for p in pages(r) {
+                out.pages_read += 1;
+                out.pages_read_after_write += self.written.contains(&(r.device, p)) as u64;
+                self.touched.insert((r.device, p));
+            }
+        }
+    }
+
+    /// The statistics of everything added so far.
+    pub fn report(&self) -> LocalityReport {
+        LocalityReport {
+            distinct_addresses: self.addresses.len() as u64,
+            pages_touched: self.touched.len() as u64,
+            pages_written: self.written.len() as u64,
+            ..self.out.clone()
         }
     }
 }
