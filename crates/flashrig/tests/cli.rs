@@ -22,14 +22,94 @@ fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
     p
 }
 
+/// The first number after `label` in `line`, e.g. `number_after(l, "converted (")`.
+fn number_after(line: &str, label: &str) -> f64 {
+    let rest =
+        &line[line.find(label).unwrap_or_else(|| panic!("no {label:?} in {line}")) + label.len()..];
+    let n: String =
+        rest.trim_start().chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+    n.parse().unwrap_or_else(|_| panic!("no number after {label:?} in {line}"))
+}
+
 #[test]
 fn the_built_in_default_runs_and_reports_the_numbers() {
-    let out = flashrig(&["run"]);
-    let stdout = text(&out.stdout);
-    assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", text(&out.stderr));
-    for needle in ["IOPS", "bandwidth", "p50", "p99 ", "p99.9", "65536 I/Os"] {
-        assert!(stdout.contains(needle), "missing {needle:?} in:\n{stdout}");
+    // The default is ScalaAFA 4+1 over emulated SSDs, simulated, preconditioned into its
+    // conversion phase (configs/default.toml): the summary must show what the README's
+    // "Reading the output" explains, and a simulated run prints the same numbers every time.
+    let run = || {
+        let out = flashrig(&["run"]);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", text(&out.stderr));
+        stdout
+    };
+    let (a, b) = std::thread::scope(|s| {
+        let first = s.spawn(run);
+        (run(), first.join().unwrap())
+    });
+    assert_eq!(a, b, "the built-in default is deterministic");
+    assert!(
+        a.starts_with(
+            "write bs=64KiB iodepth=32 jobs=1 on scala(4+1, 64KiB) over 5 x ssd(scalaafa-femu) \
+             (sim runtime, seed 42)"
+        ),
+        "{a}"
+    );
+    for needle in ["IOPS", "bandwidth", "p50", "p99 ", "p99.9", "of virtual time", "r0 ", "r1 "] {
+        assert!(a.contains(needle), "missing {needle:?} in:\n{a}");
     }
+    let line = |prefix: &str| {
+        a.lines()
+            .find(|l| l.trim_start().starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line starting {prefix:?} in:\n{a}"))
+    };
+    assert!(number_after(line("IOPS"), "bandwidth") > 0.0, "{a}");
+    // Conversions ran, in the SSDs, started because the vertical heroes ran low: the run
+    // reached the conversion phase.
+    let engine = line("scala:");
+    let converted = number_after(engine, "scala:");
+    assert!(converted > 0.0, "{engine}");
+    assert_eq!(number_after(engine, "converted ("), converted, "all in the SSDs: {engine}");
+    assert!(number_after(engine, "running low") > 0.0, "{engine}");
+    assert_eq!(number_after(engine, "host write amplification"), 2.0, "{engine}");
+    // Every member reports, and the SSDs together amplify writes (SLC eviction, parity).
+    for i in 0..5 {
+        assert!(line(&format!("ssd{i}:")).contains("WAF device"), "{a}");
+    }
+    let ssds = line("5 SSDs together:");
+    assert!(number_after(ssds, "SLC pages,") > 0.0, "dense pages (evictions): {ssds}");
+    assert!(number_after(ssds, "NAND write amplification") > 1.0, "{ssds}");
+}
+
+#[test]
+fn the_built_in_default_reduces_its_ssds_as_reproduce_does() {
+    // configs/default.toml writes its 1/8-scale members out as numbers (the frontends cannot
+    // call the lab's rules); they must stay what `flashrig reproduce` computes for its full run.
+    use flashrig::config::{Config, DeviceConfig};
+    use flashrig::lab::core::scale::{reduce_ssd, Mode};
+    let cfg = Config::builtin();
+    let DeviceConfig::Scala(sc) = &cfg.device else { panic!("{:?}", cfg.device) };
+    assert_eq!((sc.k, sc.m, sc.grant_heroes), (4, 1, 1024 / Mode::Full.divisor() as usize));
+    let Some(DeviceConfig::Ssd(member)) = sc.member.as_deref() else { panic!("{sc:?}") };
+    let member = &member.0;
+    let preset = flashrig_ssd::SsdConfig::preset("scalaafa-femu").unwrap();
+    let mut reduced = preset.clone();
+    reduce_ssd(&mut reduced, Mode::Full.reduction()).unwrap();
+    assert_eq!(member.geometry, reduced.geometry);
+    assert_eq!(member.firmware.slc_cache_bytes, reduced.firmware.slc_cache_bytes);
+    assert_eq!(
+        (member.firmware.gc_foreground_free_lines, member.firmware.gc_background_free_lines),
+        (reduced.firmware.gc_foreground_free_lines, reduced.firmware.gc_background_free_lines)
+    );
+    // The erase time per programmed page is the preset's; the rest of the NAND timing is too.
+    let pages_div = Mode::Full.reduction().1;
+    assert_eq!(member.nand.erase_ns * pages_div, preset.nand.erase_ns);
+    assert_eq!(member.nand.slc_erase_ns * pages_div, preset.nand.slc_erase_ns);
+    let (mut ours, mut theirs) = (member.nand.clone(), preset.nand.clone());
+    (ours.erase_ns, ours.slc_erase_ns, theirs.erase_ns, theirs.slc_erase_ns) = (0, 0, 0, 0);
+    assert_eq!(ours, theirs);
+    // ScalaAFA's firmware: the conversion command and the transient-aware evictor (§5.3, §5.5).
+    assert!(member.firmware.vendor_convert);
+    assert_eq!(member.firmware.slc_evictor, flashrig_ssd::config::EvictorPolicy::Transient);
 }
 
 #[test]
@@ -38,7 +118,7 @@ fn config_show_prints_every_default_and_reads_back() {
     assert!(out.status.success());
     let shown = text(&out.stdout);
     // Defaults the built-in file does not spell out are filled in.
-    for key in ["final_flush", "rwmixread", "block_size", "md_bytes", "latency_ns"] {
+    for key in ["final_flush", "rwmixread", "host = ", "start = ", "md_bytes", "queue_depth"] {
         assert!(shown.contains(key), "{key} missing from:\n{shown}");
     }
     let dir = scratch();
