@@ -1915,3 +1915,53 @@ fn grants_wait_for_conversion_instead_of_failing_when_vhs_are_scarce() {
         assert!(c["conversions_host"] > 0 && c["grant_requests"] > 0, "seed {seed}: {c:?}");
     }
 }
+
+/// Blocks that writers overwrite at depth while reads of them go on: every read must return,
+/// for each block, one of the versions written (each write fills its block with one byte
+/// value), never fail. (Found by `flashrig reproduce scalaafa` on the synthetic proxy0 trace
+/// with published locality: read.rs retried a read whenever one of its blocks' mappings changed
+/// during it, up to 16 times, then failed with "kept moving while being read"; hot blocks
+/// overwritten at QD32 change on every attempt. A concurrent overwrite leaves the old version
+/// in place until its stripe is freed, so now a block is read again only when its stripe was
+/// freed meanwhile. This test does not reproduce that starvation on its small arrays, where
+/// the old code also passed; it checks the new rule returns whole written versions. The trace
+/// run that found it, `flashrig reproduce scalaafa --quick`, replays without failed requests.)
+#[test]
+fn reads_of_blocks_overwritten_at_depth_return_written_versions() {
+    const WRITERS: u64 = 32;
+    const HOT_BLOCKS: u64 = 16;
+    let (res, _) = run(RuntimeKind::Sim, 1, || async {
+        let a = build(Media::Ssd, 4, 1, 1, options(4, 1, 1)).await.map_err(|e| e.to_string())?;
+        let dev = a.dev();
+        let mut writers = Vec::new();
+        for w in 0..WRITERS {
+            let dev = dev.clone();
+            writers.push(spawn(async move {
+                for i in 0..100u64 {
+                    let v = (i * WRITERS + w) % 250 + 1;
+                    let block = vec![v as u8; 4096];
+                    let lba = (i * 7 + w) % HOT_BLOCKS;
+                    dev.write(lba, &block, None, WriteHints::NONE)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok::<_, String>(())
+            }));
+        }
+        let mut buf = vec![0u8; HOT_BLOCKS as usize * 4096];
+        for r in 0..200 {
+            dev.read(0, &mut buf, None).await.map_err(|e| format!("read {r}: {e}"))?;
+            // Each block whole, of one version (or zeros before its first write completed).
+            for (b, block) in buf.chunks(4096).enumerate() {
+                if block.iter().any(|&x| x != block[0]) {
+                    return Err(format!("read {r}: block {b} is torn"));
+                }
+            }
+        }
+        for h in writers {
+            h.await?;
+        }
+        Ok::<_, String>(())
+    });
+    res.unwrap();
+}

@@ -126,15 +126,20 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
             dev.info().block_size as u64,
             dev.info().capacity_bytes(),
         )?;
+        // The layers' counters after preconditioning, so a reader can tell what the measured
+        // window did (a two-phase engine's conversions, an SSD's programs) from what the
+        // preconditioning did.
+        let mut preconditioned = None;
         if cfg.precondition.is_active() {
             crate::replay::precondition(&dev, &cfg.precondition, cfg.seed).await?;
+            preconditioned = Some(snapshot_stack(dev.as_ref()));
         }
         if let Some(r) = &cfg.replay {
             let interval = cfg.workload.series_interval_ns();
             let (total, counts) =
                 crate::replay::replay_with_series(dev.clone(), r.clone(), interval).await?;
             let layers = snapshot_stack(dev.as_ref());
-            return Ok((vec![total.clone()], total, layers, Some(counts)));
+            return Ok((vec![total.clone()], total, layers, Some(counts), preconditioned));
         }
         let reactors = flashrig_runtime::num_reactors();
         let mut handles = Vec::new();
@@ -167,9 +172,9 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
             total.end_ns = total.end_ns.max(flashrig_runtime::now_ns()).max(t0);
         }
         let layers = snapshot_stack(dev.as_ref());
-        Ok((jobs, total, layers, None))
+        Ok((jobs, total, layers, None, preconditioned))
     });
-    let (jobs, total, layers, replay_counts) = outcome?;
+    let (jobs, total, layers, replay_counts, preconditioned) = outcome?;
     if total.stalled {
         return Err(Error::Input(format!(
             "workload.runtime_ms = {}: the stack completes every request in zero {} time, so \
@@ -205,6 +210,9 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
     }
     if let Some(c) = &replay_counts {
         workload["replay"] = json!(c);
+    }
+    if let Some(p) = &preconditioned {
+        workload["precondition_layers"] = serde_json::to_value(p).expect("snapshot serialises");
     }
     let result = RunResult {
         format: RESULT_FORMAT.to_string(),

@@ -1,10 +1,13 @@
 //! Reads: the AMT gives each block's AFA address; runs of blocks that are contiguous in one
 //! slot are read with one member I/O. When the slot's member has failed, a stripe still being
 //! replicated reads the backup copy in a VH; a converted stripe reconstructs from the other
-//! chunks of its HH (degraded read). A block remapped while it was being read (GC moved it) is
-//! read again.
+//! chunks of its HH (degraded read). A block remapped while it was being read is read again
+//! only if the stripe it was read from was freed meanwhile (GC recycled it, so the place may
+//! hold other data now); a block overwritten by a concurrent write returns the version it was
+//! mapped to when the read began, which stays in place until its stripe is freed. (Retrying on
+//! every remapping starves reads of hot blocks that a trace overwrites at QD32.)
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::SeqCst;
 
 use flashrig_blockdev::{DevError, DevResult};
 
@@ -32,7 +35,19 @@ impl Inner {
         let mut todo: Vec<u64> = (0..blocks).collect();
         for _attempt in 0..16 {
             let snapshot: Vec<u64> =
-                todo.iter().map(|&b| self.t.amt[(lba + b) as usize].load(Relaxed)).collect();
+                todo.iter().map(|&b| self.t.amt[(lba + b) as usize].load(SeqCst)).collect();
+            // The incarnation of each block's stripe, read after the mapping: if the mapping
+            // still holds below, the stripe had not been freed when its incarnation was read
+            // (GC remaps a victim's blocks before freeing it).
+            let incarnations: Vec<u32> = snapshot
+                .iter()
+                .map(|&e| if entry_is_data(e) { self.t.incarnation(self.stripe_of(entry_afa(e))) } else { 0 })
+                .collect();
+            let confirmed: Vec<bool> = todo
+                .iter()
+                .zip(&snapshot)
+                .map(|(&b, &e)| self.t.amt[(lba + b) as usize].load(SeqCst) == e)
+                .collect();
             let mut runs: Vec<Run> = Vec::new();
             for (&b, &e) in todo.iter().zip(&snapshot) {
                 if !entry_is_data(e) {
@@ -54,13 +69,21 @@ impl Inner {
             }
             self.opts.costs.charge_member_ios(runs.len() as u64).await;
             self.read_runs(&runs, buf).await?;
-            // Blocks whose mapping changed meanwhile may have been read from a recycled place.
-            let again: Vec<u64> = todo
-                .iter()
-                .zip(&snapshot)
-                .filter(|&(&b, &e)| self.t.amt[(lba + b) as usize].load(Relaxed) != e)
-                .map(|(&b, _)| b)
-                .collect();
+            // Blocks whose mapping changed meanwhile were read from a place that may have been
+            // recycled: read them again unless their stripe is the same incarnation.
+            let mut again: Vec<u64> = Vec::new();
+            for (i, (&b, &e)) in todo.iter().zip(&snapshot).enumerate() {
+                if self.t.amt[(lba + b) as usize].load(SeqCst) == e {
+                    continue;
+                }
+                // A block that was unwritten or trimmed read as zeros from no place at all.
+                let same_place = !entry_is_data(e)
+                    || (confirmed[i]
+                        && self.t.incarnation(self.stripe_of(entry_afa(e))) == incarnations[i]);
+                if !same_place {
+                    again.push(b);
+                }
+            }
             if again.is_empty() {
                 return Ok(());
             }

@@ -9,7 +9,7 @@
 //! - Per stripe: valid blocks (for GC), writes in flight, and its state; per AFA block, the
 //!   user block written there (the reverse map GC walks).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed, Ordering::SeqCst};
 
 use super::format::AMT_PAGE_ENTRIES;
 
@@ -43,6 +43,9 @@ pub struct Tables {
     pub valid: Box<[AtomicU32]>,
     pub inflight: Box<[AtomicU32]>,
     pub state: Box<[AtomicU8]>,
+    /// How many times each stripe has been freed: a read that raced with a remapping checks
+    /// that the place it read from was not recycled meanwhile (read.rs).
+    pub incarnation: Box<[AtomicU32]>,
     /// The next write timestamp (§5.4's 32-bit timestamp; 0 means "never written").
     pub next_ts: AtomicU32,
     pub m: usize,
@@ -81,6 +84,7 @@ impl Tables {
             valid: atomics(stripes, || AtomicU32::new(0)),
             inflight: atomics(stripes, || AtomicU32::new(0)),
             state: atomics(stripes, || AtomicU8::new(state::FREE)),
+            incarnation: atomics(stripes, || AtomicU32::new(0)),
             next_ts: AtomicU32::new(1),
             m,
             dirty: atomics(
@@ -132,7 +136,17 @@ impl Tables {
     }
 
     pub fn set_state(&self, s: u64, st: u8) {
-        self.state[s as usize].store(st, Relaxed)
+        if st == state::FREE {
+            // Before the state, so a reader that sees the stripe in use again also sees it was
+            // freed.
+            self.incarnation[s as usize].fetch_add(1, SeqCst);
+        }
+        self.state[s as usize].store(st, SeqCst)
+    }
+
+    /// How many times stripe `s` has been freed.
+    pub fn incarnation(&self, s: u64) -> u32 {
+        self.incarnation[s as usize].load(SeqCst)
     }
 
     /// Maps `user` to `new` (an entry of timestamp `ts` at AFA block `afa`) unless a newer

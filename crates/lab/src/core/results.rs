@@ -28,8 +28,26 @@ pub enum Metric {
 
 /// A counter summed over every SSD layer under `layer`.
 pub fn ssd_counter(layer: &LayerSnapshot, name: &str) -> u64 {
-    let own = if layer.kind == "ssd" { layer.counters.get(name).copied().unwrap_or(0) } else { 0 };
-    own + layer.children.iter().map(|c| ssd_counter(c, name)).sum::<u64>()
+    kind_counter(layer, "ssd", name)
+}
+
+/// A counter summed over every layer of type `kind` under `layer` (itself included).
+pub fn kind_counter(layer: &LayerSnapshot, kind: &str, name: &str) -> u64 {
+    let own = if layer.kind == kind { layer.counters.get(name).copied().unwrap_or(0) } else { 0 };
+    own + layer.children.iter().map(|c| kind_counter(c, kind, name)).sum::<u64>()
+}
+
+/// A counter of the layers of type `kind` over the measured window only: the run's total minus
+/// what it stood at when preconditioning ended (the result's `precondition_layers`).
+pub fn window_counter(run: &Run, kind: &str, name: &str) -> u64 {
+    let total = kind_counter(&run.result.layers, kind, name);
+    let before = run
+        .result
+        .workload
+        .get("precondition_layers")
+        .and_then(|v| serde_json::from_value::<LayerSnapshot>(v.clone()).ok())
+        .map_or(0, |l| kind_counter(&l, kind, name));
+    total.saturating_sub(before)
 }
 
 /// A metric of a run, or `None` where the run has nothing to measure it by.

@@ -98,6 +98,12 @@ pub fn reduce_ssd(cfg: &mut SsdConfig, (blocks_div, pages_div): (u64, u64)) -> R
     g.blocks_per_plane = (g.blocks_per_plane as u64 / blocks_div) as u32;
     g.pages_per_block = (g.pages_per_block as u64 / pages_div) as u32;
     cfg.firmware.slc_cache_bytes /= div;
+    // A block is erased once per `pages_per_block` programs, so blocks with fewer pages would
+    // spend a larger share of each plane's time erasing (at 1/8 an SLC erase would be 45% of a
+    // line's plane time instead of 9%). Dividing the erase time by the same factor keeps the
+    // erase time per programmed page, and with it the plane time's shares, the preset's.
+    cfg.nand.erase_ns /= pages_div;
+    cfg.nand.slc_erase_ns /= pages_div;
     femu_gc_thresholds(cfg)?;
     let why = format!("reduced 1/{div} by `flashrig reproduce` (docs/reproduce-scalaafa.md)");
     for key in [
@@ -107,6 +113,13 @@ pub fn reduce_ssd(cfg: &mut SsdConfig, (blocks_div, pages_div): (u64, u64)) -> R
         "firmware.gc_foreground_free_lines",
         "firmware.gc_background_free_lines",
     ] {
+        cfg.sources.insert(key.into(), why.clone());
+    }
+    let why = format!(
+        "divided by {pages_div} with the pages per block by `flashrig reproduce`, keeping the \
+         erase time per programmed page (docs/reproduce-scalaafa.md)"
+    );
+    for key in ["nand.erase_ns", "nand.slc_erase_ns"] {
         cfg.sources.insert(key.into(), why.clone());
     }
     cfg.validate()
@@ -129,6 +142,13 @@ pub fn femu_gc_thresholds(cfg: &mut SsdConfig) -> Result<(), String> {
     cfg.firmware.gc_foreground_free_lines = fg as u32;
     cfg.firmware.gc_background_free_lines = bg as u32;
     Ok(())
+}
+
+/// A count of the full-scale configuration that is a share of something the reduction shrinks,
+/// scaled with it (at least 1): ScalaAFA's grant batch of 1,024 VHs is 1.25% of the VHs of a
+/// full-scale member's transient area; unscaled at 1/8 it would be 10%.
+pub fn scaled_count(full_scale: usize, mode: Mode) -> usize {
+    (full_scale as u64 / mode.divisor()).max(1) as usize
 }
 
 /// Shrinks every SSD of a device tree by `div` (see [`reduce_ssd`]).
@@ -168,8 +188,12 @@ mod tests {
             assert_eq!(c.geometry.blocks_per_plane as u64 * b, 352);
             assert_eq!(c.geometry.pages_per_block as u64 * p, 512);
             assert_eq!(c.firmware.slc_cache_bytes * b * p, 4 << 30);
-            // What sets the bandwidth is untouched.
-            assert_eq!(c.nand, preset.nand);
+            // What sets the bandwidth is untouched; the erase time per programmed page too.
+            assert_eq!(c.nand.erase_ns * p, preset.nand.erase_ns);
+            assert_eq!(c.nand.slc_erase_ns * p, preset.nand.slc_erase_ns);
+            let (mut a, mut b) = (c.nand.clone(), preset.nand.clone());
+            (a.erase_ns, a.slc_erase_ns, b.erase_ns, b.slc_erase_ns) = (0, 0, 0, 0);
+            assert_eq!(a, b);
             assert_eq!(c.geometry.planes(), preset.geometry.planes());
         }
     }

@@ -7,10 +7,15 @@ use flashrig_frontends::config::{Config, DeviceConfig};
 use flashrig_frontends::error::Error;
 use flashrig_frontends::sweep::{self, Case};
 
+use super::phase;
 use super::traces::TraceRun;
-use super::{arr, tr, CheckScale, Key, FULL_SCALE_RUNTIME_MS, FUSION, RAID5F, SCALA};
-use crate::core::scale::reduce_device;
+use super::{
+    arr, tr, CheckScale, Key, FSR_CONV, FULL_SCALE_RUNTIME_MS, FUSION, RAID5F, SCALA, SCALA_FAMILY,
+    SCALA_SEP, SCALA_WR, SCALA_WR_SEP,
+};
+use crate::core::scale::{reduce_device, scaled_count};
 use crate::core::{Mode, Plan};
+use flashrig_ssd::config::TransientPlacement;
 
 /// One experiment file: (name, text).
 pub(super) const EXPERIMENTS: &[(&str, &str)] = &[
@@ -87,7 +92,7 @@ pub(super) fn pattern_title(p: &str) -> String {
 /// Scales a case to the mode and gives `scala` its space manager's core: ScalaAFA runs its
 /// space manager on a daemon thread pinned to a core of its own (§5.6), so a scala run has one
 /// reactor more than it has I/O threads (the space manager defaults to the last reactor, where
-/// no job runs).
+/// no job runs). The grant batch is a share of the transient area, so it shrinks with it.
 fn prepare(mut cfg: Config, mode: Mode) -> Result<Config, Error> {
     reduce_device(&mut cfg.device, mode.reduction()).map_err(Error::Input)?;
     if cfg.workload.runtime_ms.is_some() {
@@ -97,9 +102,34 @@ fn prepare(mut cfg: Config, mode: Mode) -> Result<Config, Error> {
         let threads = if cfg.replay.is_some() { 1 } else { cfg.workload.jobs as usize };
         cfg.reactors = threads + 1;
         c.space_manager_reactor = None;
+        c.grant_heroes = scaled_count(c.grant_heroes, mode);
     }
     cfg.validate().map_err(|message| Error::Config { origin: "reproduce".into(), message })?;
     Ok(cfg)
+}
+
+/// Sets where every SSD of a device tree places transient data in its SLC lines.
+fn set_transient_placement(d: &mut DeviceConfig, placement: TransientPlacement) {
+    let (members, member): (&mut Vec<DeviceConfig>, &mut Option<Box<DeviceConfig>>) = match d {
+        DeviceConfig::Ssd(s) => {
+            s.0.firmware.slc_transient_placement = placement;
+            s.0.sources.insert(
+                "firmware.slc_transient_placement".into(),
+                "set by `flashrig reproduce` for Fig. 16's bracket".into(),
+            );
+            return;
+        }
+        DeviceConfig::Scala(c) => (&mut c.members, &mut c.member),
+        DeviceConfig::Twophase(t) => (&mut t.members, &mut t.member),
+        DeviceConfig::Raid(r) => (&mut r.members, &mut r.member),
+        _ => return,
+    };
+    for m in members.iter_mut() {
+        set_transient_placement(m, placement);
+    }
+    if let Some(m) = member {
+        set_transient_placement(m, placement);
+    }
 }
 
 pub(super) fn experiment(name: &str) -> Result<Vec<Case>, Error> {
@@ -137,23 +167,48 @@ pub(super) fn plan(mode: Mode, traces: &[TraceRun]) -> Result<Plan<Key>, Error> 
                 p.skip("RAID5F serves only RAID 5 full-stripe writes (§6.1)");
                 continue;
             }
-            let cfg = prepare(case.config, mode)?;
+            let mut cfg = prepare(case.config, mode)?;
+            // §6.5 measures ScalaAFA and its variants while conversion is active.
+            if SCALA_FAMILY.contains(&system.as_str()) {
+                phase::to_conversion_phase(&mut cfg);
+            }
             let label = format!("{system}-{k}+{m}-{pattern}-t{threads}");
             let weight = threads as f64 + if system == SCALA { 1.0 } else { 0.5 };
             p.add(arr(&system, k, m, &pattern, threads), label, cfg, weight);
         }
     }
     // The S of Fig. 11's ideal: one member alone under the same workload (as `flashrig
-    // sweep`), for each thread count.
+    // sweep`), for each thread count; fresh, and in the state of a 4+1 ScalaAFA's member at
+    // its conversion point.
     for case in experiment("fig11-threads")? {
         let Some((system, k, m, _)) = array_of(&case.config.device) else { continue };
         let threads = case.config.workload.jobs;
-        if system != FUSION || (k, m) != (4, 1) || !self::threads(mode).contains(&threads) {
+        if (k, m) != (4, 1) || !self::threads(mode).contains(&threads) {
             continue;
         }
-        let cfg = prepare(case.config, mode)?;
-        if let Some((one, _, _)) = sweep::single_member_config(&cfg) {
-            p.add(Key::Single { threads }, format!("ssd-alone-t{threads}"), one, 0.3);
+        let mut cfg = prepare(case.config, mode)?;
+        let Some((mut one, _, _)) = sweep::single_member_config(&cfg) else { continue };
+        if system == FUSION {
+            p.add(
+                Key::Single { threads, conversion: false },
+                format!("ssd-alone-t{threads}"),
+                one.clone(),
+                0.3,
+            );
+            // Fig. 3b: FusionRAID continuously written past its watermark, one I/O thread.
+            if threads == 1 {
+                phase::to_conversion_phase(&mut cfg);
+                p.add(arr(FSR_CONV, k, m, "64k-seq-qd32", 1), "FSR-Conv-4+1-t1".into(), cfg, 2.0);
+            }
+        } else if system == SCALA {
+            phase::to_conversion_phase(&mut cfg);
+            phase::single_in_conversion_phase(&mut one, &cfg);
+            p.add(
+                Key::Single { threads, conversion: true },
+                format!("ssd-alone-conversion-t{threads}"),
+                one,
+                0.6,
+            );
         }
     }
     // The scale check: one member SSD, 64 KiB sequential writes at QD32, at full scale, as
@@ -189,6 +244,19 @@ pub(super) fn plan(mode: Mode, traces: &[TraceRun]) -> Result<Plan<Key>, Error> 
             cfg.replay = Some(t.replay.clone());
             let cfg = prepare(cfg, mode)?;
             let weight = 50.0 + t.requests as f64 / 10_000.0;
+            // Fig. 16's bracket: ScalaAFA and Scala-WR again on SSDs that keep transient
+            // data in SLC lines of their own.
+            let separate = match system.as_str() {
+                SCALA => Some(SCALA_SEP),
+                SCALA_WR => Some(SCALA_WR_SEP),
+                _ => None,
+            };
+            if let Some(sep) = separate {
+                let mut c = cfg.clone();
+                set_transient_placement(&mut c.device, TransientPlacement::Separate);
+                let label = format!("{}-separate-{}", system, t.name);
+                p.add(tr(sep, &t.name), label, c, weight);
+            }
             p.add(tr(&system, &t.name), format!("{system}-{}", t.name), cfg, weight);
         }
     }

@@ -21,6 +21,7 @@ mod claims_micro;
 mod claims_traces;
 mod experiments;
 mod figures;
+mod phase;
 mod reasons;
 mod setup;
 mod trace_figures;
@@ -44,6 +45,16 @@ const SCALA_CO: &str = "Scala-CO";
 const SCALA_WR: &str = "Scala-WR";
 /// FusionRAID's replication phase alone (§3.1).
 const FSR_REP: &str = "FSR-Rep";
+/// FusionRAID in its conversion phase (§3.1, Fig. 3b): the FusionRAID engine, preconditioned
+/// past its watermark.
+const FSR_CONV: &str = "FSR-Conv";
+/// ScalaAFA and Scala-WR on SSDs that put transient data in SLC lines of their own (Fig. 16's
+/// other placement; the default mixes it with other data, and the paper does not say which its
+/// SSD did).
+const SCALA_SEP: &str = "ScalaAFA (separate)";
+const SCALA_WR_SEP: &str = "Scala-WR (separate)";
+/// The systems that are `scala` arrays: their microbenchmarks run in the conversion phase.
+const SCALA_FAMILY: [&str; 5] = [SCALA, SCALA_CO, SCALA_WR, SCALA_SEP, SCALA_WR_SEP];
 
 /// The run time of the full-scale experiments (configs/experiments/afa-*.toml and
 /// configs/experiments/scalaafa/*.toml); the paper does not state fio's.
@@ -69,9 +80,12 @@ enum Key {
         system: String,
         trace: String,
     },
-    /// One member SSD alone under Fig. 11's workload with `threads` jobs (the S of the ideal).
+    /// One member SSD alone under Fig. 11's workload with `threads` jobs (the S of the ideal),
+    /// fresh or preconditioned as a member of a 4+1 ScalaAFA at its conversion point (the S of
+    /// the runs that measure the conversion phase).
     Single {
         threads: u32,
+        conversion: bool,
     },
     /// One member SSD, 64 KiB sequential writes, at full scale or reduced (the scale check).
     ScaleCheck {
@@ -190,6 +204,12 @@ impl Paper for ScalaAfa {
             setup::render(out, r, &self.traces);
             Ok(())
         }));
+        v.push(Section::new("Which phase each run measured", Vec::new(), figures::phases));
+        v.push(Section::new(
+            "Fig. 3b: FusionRAID's conversion phase, 4+1, one I/O thread",
+            claims_micro::fig3b(),
+            figures::fig3b,
+        ));
         v.push(Section::new(
             "Fig. 9: write throughput (GB/s), one I/O thread, QD32",
             claims_micro::fig9(),
@@ -247,6 +267,7 @@ mod tests {
     #[test]
     fn the_papers_numbers_point_the_way_their_claims_say() {
         let all = [
+            claims_micro::fig3b(),
             claims_micro::fig9(),
             claims_micro::fig10(),
             claims_micro::fig11(),

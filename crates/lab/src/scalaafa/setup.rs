@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 
 use flashrig_frontends::size::Size;
-use flashrig_frontends::tracecmd::TABLE2;
 use flashrig_ssd::SsdConfig;
+use flashrig_trace::synth::TABLE2;
 
 use super::experiments::runtime_ms;
 use super::traces::{replayed, TraceRun};
@@ -64,6 +64,8 @@ pub(super) fn render(out: &mut String, r: &Results<Key>, traces: &[TraceRun]) {
              | `firmware.gc_foreground_free_lines` | {} | {} | 5% of the dense lines (FEMU's `gc_thres_pcent_high`) |\n\
              | `firmware.gc_background_free_lines` | {} | {} | 25% of the dense lines (FEMU's `gc_thres_pcent`), at most the spare lines − 3 |\n\
              | `firmware.slc_evict_free_lines` | {} | {} | unchanged |\n\
+             | `nand.erase_ns` / `nand.slc_erase_ns` | {} / {} ns | {} / {} ns | ÷ {p}: the erase time per programmed page kept |\n\
+             | scala `grant_heroes` (VHs per grant) | 1024 | {} | ÷ {div}: the same share of the transient area (1.25%) |\n\
              | logical capacity | {} | {} | |\n\
              | microbenchmark run time | {} ms | {} ms | ÷ {div}, rounded to a millisecond |\n\
              | trace length | Table 2 | Table 2 ÷ {div} | |\n",
@@ -79,6 +81,11 @@ pub(super) fn render(out: &mut String, r: &Results<Key>, traces: &[TraceRun]) {
             c.firmware.gc_background_free_lines,
             f.firmware.slc_evict_free_lines,
             c.firmware.slc_evict_free_lines,
+            f.nand.erase_ns,
+            f.nand.slc_erase_ns,
+            c.nand.erase_ns,
+            c.nand.slc_erase_ns,
+            crate::core::scale::scaled_count(1024, mode),
             cap(&lf),
             cap(&lc),
             runtime_ms(mode) * div,
@@ -88,9 +95,11 @@ pub(super) fn render(out: &mut String, r: &Results<Key>, traces: &[TraceRun]) {
     scale_check(out, r);
     let _ = writeln!(
         out,
-        "**Runs.** Deterministic simulation (seed 1), fresh SSDs, microbenchmarks over the \
-         whole array. Each scala run has one reactor for its space manager beside the I/O \
-         threads' (§5.6: a daemon thread pinned to its own core). {}\n",
+        "**Runs.** Deterministic simulation (seed 1), microbenchmarks over the whole array. \
+         ScalaAFA, Scala-CO and Scala-WR microbenchmarks and FSR-Conv start at their engine's \
+         conversion point, every other run fresh (see *Which phase each run measured*). Each \
+         scala run has one reactor for its space manager beside the I/O threads' (§5.6: a \
+         daemon thread pinned to its own core). {}\n",
         r.plan.skipped.iter().map(|s| format!("{s}.")).collect::<Vec<_>>().join(" ")
     );
     traces_table(out, r, traces);
@@ -115,6 +124,7 @@ pub(super) fn render(out: &mut String, r: &Results<Key>, traces: &[TraceRun]) {
 fn scale_check(out: &mut String, r: &Results<Key>) {
     let mode = r.mode;
     let div = mode.divisor();
+    let p = mode.reduction().1;
     let check = |scale, long| r.get(&Key::ScaleCheck { scale, long }, Metric::WriteGbps);
     let fmt = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.2} GB/s"));
     let rel = |v: Option<f64>, base: Option<f64>| match (v, base) {
@@ -124,7 +134,7 @@ fn scale_check(out: &mut String, r: &Results<Key>) {
     let _ = writeln!(
         out,
         "What the reduction does to an SSD's bandwidth: a write's time comes from the channels (8 × 937.5 MB/s), the \
-         96 dies (each programs one page at a time: 75 µs in SLC mode, 200 µs in MLC) and the \
+         96 dies (each programs one page at a time: 75 µs in SLC mode, 80.4 µs in MLC) and the \
          queues; none depends on how many pages a block has, and a line still spans all 96 \
          dies. What capacity sets is *when* things happen — the SLC cache filling, the \
          two-phase watermark (5% of capacity), GC — so every run shrinks by the same factor: \
@@ -134,9 +144,18 @@ fn scale_check(out: &mut String, r: &Results<Key>) {
          Shortening blocks rather than removing them keeps every line-counted parameter (the \
          43 SLC lines, the evictor's one free line, the GC thresholds) as the preset has it; \
          removing blocks (`blocks_per_plane`, at most ÷ 16 = 22 lines) leaves the SLC cache 3 \
-         lines, one of which the evictor keeps free. What shorter blocks do change is the \
-         erase (2 ms per block) per byte programmed, which shows once the SLC cache \
-         overflows. Measured, one member alone, 64 KiB sequential writes at QD32:\n\n\
+         lines, one of which the evictor keeps free. Shorter blocks would raise the erase \
+         (2 ms per block) per byte programmed — at 1/8 an SLC erase would take 45% of a \
+         line's plane time instead of 9% — so the erase time shrinks with the pages per block, \
+         and ScalaAFA's grant batch (1,024 VHs, 1.25% of a member's VHs) with the transient \
+         area. What the reduction still distorts: an erase blocks its plane for 1/{p} of the \
+         time, {p} times as often, so a write that queues behind one waits less each time; \
+         SLC eviction moves whole lines that are 1/{p} as large, so an eviction's \
+         head-of-line stall is shorter and more frequent; the space manager's checkpoints \
+         (the AMT scales with capacity) and the checkpoint's fixed header do not shrink in \
+         the same proportion; and events that happen a fixed number of times per run (the \
+         first grant, the first eviction) weigh {div} times more in a run {div} times \
+         shorter. Measured, one member alone, 64 KiB sequential writes at QD32:\n\n\
          | run (full-scale length) | full scale | reduced as here | `blocks_per_plane` ÷ 16 alone |\n\
          |---|---|---|---|\n\
          | {} ms: the microbenchmarks' | {} | {}{} | {}{} |\n\
@@ -165,8 +184,11 @@ fn traces_table(out: &mut String, r: &Results<Key>, traces: &[TraceRun]) {
          Table 2's traces is in `/work/shared/traces` with its request sizes (MANIFEST.txt: \
          the MSR prn_0 slice there has no sizes or precise times), so each row is synthetic: \
          the row's read/write mix and mean request sizes, exponential sizes in 512-byte \
-         sectors (rounded out to 4 KiB blocks on replay), uniform offsets; a real trace that \
-         lacks sizes replays as a supplementary row with 4 KiB assumed and is not compared.\n"
+         sectors (rounded out to 4 KiB blocks on replay), and the locality published for the \
+         trace or its closest characterised relative (working-set size, hot/cold reuse, \
+         sequential runs; [docs/traces.md](traces.md) cites each statistic and marks what is \
+         assumed); a real trace that lacks sizes replays as a supplementary row with 4 KiB \
+         assumed and is not compared.\n"
     );
     let _ = writeln!(
         out,

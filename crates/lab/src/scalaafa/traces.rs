@@ -1,13 +1,16 @@
 //! The traces of Figs. 12, 13 and 16: per Table 2 row, the real trace if the traces folder has
-//! it with request sizes, otherwise a synthetic one with the row's mix and mean sizes; real
-//! traces that lack sizes replay as supplementary rows with 4 KiB assumed.
+//! it with request sizes, otherwise a synthetic stand-in (crates/trace `synth`) with the row's
+//! mix and mean sizes and the locality published for its trace family (working set, hot/cold
+//! skew, sequential runs; docs/traces.md cites each statistic); real traces that lack sizes
+//! replay as supplementary rows with 4 KiB assumed.
 
 use std::path::{Path, PathBuf};
 
 use flashrig_frontends::error::Error;
 use flashrig_frontends::replay::{ReplayConfig, ReplayMode};
 use flashrig_frontends::size::Size;
-use flashrig_frontends::tracecmd::{self, TABLE2};
+use flashrig_frontends::tracecmd;
+use flashrig_trace::synth::{synth_with, Locality, TABLE2};
 
 use super::{tr, FUSION, MDRAID, SCALA, SCALA_WR};
 use crate::core::{Mode, Results};
@@ -87,8 +90,8 @@ pub(super) fn traces(mode: Mode, synth_dir: &Path, real_dir: &Path) -> Vec<Trace
                 out.push(TraceRun {
                     name: row.name.into(),
                     source: format!(
-                        "synthetic: `flashrig trace synth --like {} --requests {n} --span {} \
-                         --seed 1`",
+                        "synthetic with published locality: `flashrig trace synth --like {} \
+                         --requests {n} --span {} --seed 1 --locality published`",
                         row.name,
                         Size(span)
                     ),
@@ -138,7 +141,8 @@ pub(super) fn write_synthetic(traces: &[TraceRun]) -> Result<(), Error> {
             std::fs::create_dir_all(dir)
                 .map_err(|e| Error::Io(format!("cannot create {}: {e}", dir.display())))?;
         }
-        tracecmd::write_trace(&tracecmd::synth(&TABLE2[row], n, span, 1), &t.replay.trace, "msr")?;
+        let reqs = synth_with(&TABLE2[row], n, span, 1, Locality::Published);
+        tracecmd::write_trace(&reqs, &t.replay.trace, "msr")?;
     }
     Ok(())
 }
