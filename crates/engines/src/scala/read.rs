@@ -41,7 +41,13 @@ impl Inner {
             // (GC remaps a victim's blocks before freeing it).
             let incarnations: Vec<u32> = snapshot
                 .iter()
-                .map(|&e| if entry_is_data(e) { self.t.incarnation(self.stripe_of(entry_afa(e))) } else { 0 })
+                .map(|&e| {
+                    if entry_is_data(e) {
+                        self.t.incarnation(self.stripe_of(entry_afa(e)))
+                    } else {
+                        0
+                    }
+                })
                 .collect();
             let confirmed: Vec<bool> = todo
                 .iter()
