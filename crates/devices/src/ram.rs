@@ -9,6 +9,14 @@
 //! clients"). Allocating whole chunks instead would have saved the per-block allocations too,
 //! but then a scattered 4 KiB write zeroes and faults in a whole chunk: the default workload's
 //! random first writes lost a third of their IOPS that way.
+//!
+//! A trimmed block's allocation is kept as a *spare*, up to [`SPARE_BYTES`] per device (and
+//! an eighth of its capacity), and the next write of a block that holds nothing takes a spare
+//! instead of asking the allocator. Engines that trim and rewrite all the time (`scala` trims
+//! each vertical hero it converts, `twophase` each row it frees) otherwise spent more than half
+//! of their time on RAM members in `calloc`, the allocator growing and shrinking its heaps and
+//! the kernel faulting in and clearing the pages again (docs/benchmarks.md, "`scala` and
+//! `twophase` on RAM members"). Memory beyond the spares still goes back on trim.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,6 +33,8 @@ const _: () = assert!(SHARDS.is_power_of_two());
 const CHUNK_BLOCKS: u64 = 64;
 /// A trim of more chunks than this walks what is allocated instead of the range.
 const TRIM_WALK_CHUNKS: u64 = 16 * SHARDS as u64;
+/// Bytes of trimmed block allocations kept for reuse by later writes, per device.
+const SPARE_BYTES: u64 = 16 << 20;
 
 /// The blocks of one chunk: `None` for a block never written (or trimmed), which reads as
 /// zeros; otherwise the block's data followed by its metadata, in one allocation.
@@ -46,6 +56,11 @@ pub struct RamDevice {
     info: DeviceInfo,
     latency_ns: u64,
     shards: Vec<Mutex<HashMap<u64, Chunk>>>,
+    /// Allocations of trimmed blocks (data and metadata bytes, contents stale), at most
+    /// `spare_max` of them: a write to a block that holds nothing takes one before it
+    /// allocates. Taken after a shard's lock or alone, never before one.
+    spares: Mutex<Vec<Box<[u8]>>>,
+    spare_max: usize,
     metrics: Arc<Registry>,
     reads: Arc<Counter>,
     writes: Arc<Counter>,
@@ -104,6 +119,9 @@ impl RamDevice {
             info,
             latency_ns,
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            spares: Mutex::default(),
+            spare_max: (SPARE_BYTES / (block_size as u64 + md_bytes as u64).max(1))
+                .min(num_blocks / 8) as usize,
             reads: metrics.counter("reads"),
             writes: metrics.counter("writes"),
             read_bytes: metrics.counter("read_bytes"),
@@ -116,6 +134,25 @@ impl RamDevice {
 
     fn shard(&self, chunk: u64) -> &Mutex<HashMap<u64, Chunk>> {
         &self.shards[(chunk as usize) & (SHARDS - 1)]
+    }
+
+    /// Keeps trimmed blocks' allocations as spares, up to the limit; the rest are freed.
+    fn keep_spares(&self, freed: &mut Vec<Box<[u8]>>) {
+        if freed.is_empty() {
+            return;
+        }
+        let mut spares = self.spares.lock();
+        let room = self.spare_max.saturating_sub(spares.len());
+        let keep = freed.len().min(room);
+        spares.extend(freed.drain(..keep));
+        drop(spares);
+        freed.clear();
+    }
+
+    /// Spare allocations kept right now (for tests).
+    #[cfg(test)]
+    fn spare_blocks(&self) -> usize {
+        self.spares.lock().len()
     }
 
     /// Blocks currently holding written data (for tests of sparseness).
@@ -192,10 +229,18 @@ impl BlockDevice for RamDevice {
         for p in pieces(lba, blocks) {
             let mut shard = self.shard(p.chunk).lock();
             let chunk = shard.entry(p.chunk).or_insert_with(Chunk::new);
+            // Taken at the first block that holds nothing, so overwrites never touch it.
+            let mut spares = None;
             for i in 0..p.blocks {
                 let at = p.done + i;
-                let block = chunk.blocks[p.first + i]
-                    .get_or_insert_with(|| vec![0u8; bs + mdb].into_boxed_slice());
+                // Every byte of the block (data, then metadata or zeros) is written below, so
+                // a spare's stale contents never show.
+                let block = chunk.blocks[p.first + i].get_or_insert_with(|| {
+                    spares
+                        .get_or_insert_with(|| self.spares.lock())
+                        .pop()
+                        .unwrap_or_else(|| vec![0u8; bs + mdb].into_boxed_slice())
+                });
                 block[..bs].copy_from_slice(&data[at * bs..(at + 1) * bs]);
                 match md {
                     Some(m) => block[bs..].copy_from_slice(&m[at * mdb..(at + 1) * mdb]),
@@ -218,15 +263,20 @@ impl BlockDevice for RamDevice {
         check_range(&self.info, lba, num_blocks)?;
         crate::model_latency(self.latency_ns).await;
         let end = lba + num_blocks;
+        let mut freed = Vec::new();
         if num_blocks / CHUNK_BLOCKS <= TRIM_WALK_CHUNKS {
             for p in pieces(lba, num_blocks) {
                 let mut shard = self.shard(p.chunk).lock();
                 if let Some(c) = shard.get_mut(&p.chunk) {
-                    c.blocks[p.first..p.first + p.blocks].fill(None);
+                    freed.extend(
+                        c.blocks[p.first..p.first + p.blocks].iter_mut().flat_map(Option::take),
+                    );
                     if c.is_empty() {
                         shard.remove(&p.chunk);
                     }
                 }
+                drop(shard);
+                self.keep_spares(&mut freed);
             }
         } else {
             // A large trim (a whole-device discard) walks what is allocated, not the range.
@@ -236,10 +286,12 @@ impl BlockDevice for RamDevice {
                     let from = start.max(lba);
                     let to = (start + CHUNK_BLOCKS).min(end);
                     if from < to {
-                        c.blocks[(from - start) as usize..(to - start) as usize].fill(None);
+                        let range = (from - start) as usize..(to - start) as usize;
+                        freed.extend(c.blocks[range].iter_mut().flat_map(Option::take));
                     }
                     !c.is_empty()
                 });
+                self.keep_spares(&mut freed);
             }
         }
         self.trims.inc();
@@ -300,6 +352,28 @@ mod tests {
         assert_eq!(steps, vec![(3, 2), (2, 2), (2, 2), (1, 1)], "(blocks, chunks) after each step");
         assert!(zeros, "trimmed blocks read as zeros");
         assert!(kept, "block 1000 was not trimmed");
+    }
+
+    #[test]
+    fn trimmed_allocations_are_reused_up_to_the_limit_and_never_show_old_bytes() {
+        let (res, _) = run(RuntimeKind::Sim, 1, || async {
+            // 1024 blocks: at most 128 spares (an eighth of the capacity).
+            let dev = RamDevice::new("r", 4096, 1024, 16, 0);
+            dev.write(0, &[7u8; 200 * 4096], Some(&[9u8; 200 * 16]), WriteHints::NONE)
+                .await
+                .unwrap();
+            dev.trim(0, 200).await.unwrap();
+            let kept = dev.spare_blocks();
+            // Rewritten without metadata and with other data: nothing of the trimmed blocks'
+            // bytes may come back.
+            dev.write(500, &[1u8; 4096], None, WriteHints::NONE).await.unwrap();
+            let after_write = dev.spare_blocks();
+            let mut buf = vec![0u8; 4096];
+            let mut md = vec![5u8; 16];
+            dev.read(500, &mut buf, Some(&mut md)).await.unwrap();
+            (kept, after_write, dev.allocated_blocks(), buf.iter().all(|&b| b == 1), md == [0; 16])
+        });
+        assert_eq!(res, (128, 127, 1, true, true));
     }
 
     /// Random reads, writes and trims of up to 150 blocks (so they cross chunk boundaries),

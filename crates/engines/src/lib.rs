@@ -4,6 +4,7 @@
 //! too, so engines stack. An engine does its work on the reactor that submitted the request
 //! (SPDK's I/O-channel model): there is no engine-wide lock on the I/O path.
 
+mod bufpool;
 pub mod concat;
 mod fanout;
 pub mod layout;

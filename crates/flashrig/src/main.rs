@@ -172,6 +172,10 @@ struct ServeArgs {
     /// Print nothing but errors.
     #[arg(long, short)]
     quiet: bool,
+    /// When serving stops, write every layer's counters (conversions, GC, grants, the SSDs'
+    /// or files' I/O) to this file as JSON.
+    #[arg(long, value_name = "FILE")]
+    stats: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -813,7 +817,11 @@ fn serve(frontend: ServeCommand) -> Result<(), Error> {
         }
     };
     let cfg = Config::load(&common.config)?;
-    let opts =
-        ServeOptions { read_only: common.read_only, format: common.format, quiet: common.quiet };
+    let opts = ServeOptions {
+        read_only: common.read_only,
+        format: common.format,
+        quiet: common.quiet,
+        stats: common.stats,
+    };
     serve(cfg, opts, start).map(|_| ())
 }

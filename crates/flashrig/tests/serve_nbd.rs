@@ -176,6 +176,34 @@ fn qemu_img_converts_into_the_export_and_compares_equal() {
     server.stop();
 }
 
+/// `--stats FILE`: when the server stops, every layer's counters are in FILE, and they count
+/// what the client did (here 1 MiB written into a stripe of two RAM disks).
+#[test]
+fn stats_written_at_stop_count_what_clients_did() {
+    require!("qemu-io");
+    let dir = scratch();
+    let stats = dir.path().join("stats.json");
+    let stack = "[device]\ntype = \"stripe\"\nchunk = \"64KiB\"\n\
+                 width = 2\nmember = { type = \"ram\", capacity = \"32MiB\" }\n";
+    let server = Server::start(
+        dir.path(),
+        stack,
+        Where::Socket(&dir.path().join("s")),
+        &["--stats", stats.to_str().unwrap()],
+    );
+    run("qemu-io", &["-f", "raw", "-c", "write -P 0xab 0 1M", &server.uri]);
+    assert!(!stats.exists(), "the statistics are written when serving stops, not before");
+    server.stop();
+    let snap: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).expect("stats written")).unwrap();
+    assert_eq!(snap["kind"], "stripe", "{snap}");
+    let children = snap["children"].as_array().expect("the members' counters");
+    assert_eq!(children.len(), 2, "{snap}");
+    let written: u64 =
+        children.iter().map(|c| c["counters"]["write_bytes"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(written, 1 << 20, "the members wrote what the client did: {snap}");
+}
+
 #[test]
 fn qemu_io_reads_back_aligned_and_unaligned_writes() {
     require!("qemu-io");

@@ -31,6 +31,9 @@ pub struct ServeOptions {
     /// configured); without it, `create` is served as `auto`.
     pub format: bool,
     pub quiet: bool,
+    /// Where to write the stack's counters (every layer's, as JSON) when serving stops: what
+    /// the engine did behind the requests (conversions, GC, grants, checkpoints).
+    pub stats: Option<std::path::PathBuf>,
 }
 
 /// What the server did, for the closing line.
@@ -103,6 +106,7 @@ pub fn serve(cfg: Config, opts: ServeOptions, start: StartFrontend) -> Result<Se
     let describe = crate::run::describe_device(&cfg.device);
     let reactors = cfg.reactors;
     let device = cfg.device.clone();
+    let stats_path = opts.stats.clone();
     let (res, _stats) = flashrig_runtime::run(RuntimeKind::Real, reactors, move || async move {
         let dev = crate::stack::build(&device).await?;
         let handle = flashrig_runtime::handle().expect("serve runs on the real runtime");
@@ -127,6 +131,10 @@ pub fn serve(cfg: Config, opts: ServeOptions, start: StartFrontend) -> Result<Se
         }
         let flushed = export.device().flush().await;
         frontend.finish();
+        let snapshot = opts
+            .stats
+            .is_some()
+            .then(|| flashrig_blockdev::snapshot_stack(export.device().as_ref()));
         let c = &export.counters;
         let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let report = ServeReport {
@@ -140,9 +148,15 @@ pub fn serve(cfg: Config, opts: ServeOptions, start: StartFrontend) -> Result<Se
             errors: get(&c.errors),
         };
         flushed.map_err(|e| Error::Run(format!("the final flush failed: {e}")))?;
-        Ok::<_, Error>(report)
+        Ok::<_, Error>((report, snapshot))
     });
-    let report = res?;
+    let (report, snapshot) = res?;
+    if let (Some(path), Some(snap)) = (&stats_path, snapshot) {
+        let json = serde_json::to_string_pretty(&snap).expect("a snapshot serialises");
+        std::fs::write(path, json + "\n").map_err(|e| {
+            Error::Io(format!("cannot write the statistics to {}: {e}", path.display()))
+        })?;
+    }
     if !opts.quiet {
         eprintln!(
             "stopped after {} requests ({} read, {} written, {} failed); the stack was flushed",

@@ -104,34 +104,42 @@ impl Inner {
         let bs = self.bs();
         let chunk = g.chunk_blocks as usize * bs;
         let mdc = g.chunk_blocks as usize * self.mdb;
-        let mut data = vec![vec![0u8; chunk]; g.k];
-        let mut mds = vec![vec![0u8; mdc]; g.k];
+        // Pooled buffers: the reads below fill every byte of them.
+        let mut data: Chunks = (0..g.k).map(|_| self.bufs.take(chunk)).collect();
+        let mut mds: Chunks = (0..g.k).map(|_| self.bufs.take(mdc)).collect();
         let reads = data
             .iter_mut()
             .zip(mds.iter_mut())
             .enumerate()
             .map(|(j, (d, m))| self.read_slot(s, j, 0, d, Some(m)));
         for r in join_all(reads).await {
+            // On an error the buffers are dropped, not pooled: errors are rare.
             r?;
         }
         self.opts.costs.charge_member_ios(g.k as u64).await;
         self.opts.costs.charge_copy((g.k * chunk) as u64).await;
-        let (parity, pmd) = self.encode(&data, &mds)?;
+        let encoded = self.encode(&data, &mds);
+        self.bufs.give(data.into_iter().chain(mds));
+        let (parity, pmd) = encoded?;
         self.opts.costs.charge_parity((g.k * chunk) as u64).await;
         self.c.parity_bytes.add((g.m * chunk) as u64);
         // The m parity writes are member I/Os of the host's too (Scala-CO pays for them on the
         // space manager's core, §6.5).
         let live = (0..g.m).filter(|&i| !self.is_failed(g.parity_member(s, i))).count();
         self.opts.costs.charge_member_ios(live as u64).await;
-        self.write_parity_chunks(s, &parity, &pmd, None).await
+        let written = self.write_parity_chunks(s, &parity, &pmd, None).await;
+        self.bufs.give(parity.into_iter().chain(pmd));
+        written
     }
 
-    /// The m parity rows of `data` and of `mds` (per-block metadata, encoded like data).
+    /// The m parity rows of `data` and of `mds` (per-block metadata, encoded like data), in
+    /// buffers of the pool (callers may give them back).
     pub(crate) fn encode(&self, data: &[Vec<u8>], mds: &[Vec<u8>]) -> DevResult<(Chunks, Chunks)> {
         let g = &self.geo;
         let err = |e: flashrig_erasure::Error| super::invalid(format!("encode: {e}"));
-        let mut parity = vec![vec![0u8; data[0].len()]; g.m];
-        let mut pmd = vec![vec![0u8; mds[0].len()]; g.m];
+        // Encoding writes every byte of the rows, so pooled buffers need no clearing.
+        let mut parity: Chunks = (0..g.m).map(|_| self.bufs.take(data[0].len())).collect();
+        let mut pmd: Chunks = (0..g.m).map(|_| self.bufs.take(mds[0].len())).collect();
         let d: Vec<&[u8]> = data.iter().map(|v| v.as_slice()).collect();
         let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
         self.codec.encode(&d, &mut p).map_err(err)?;

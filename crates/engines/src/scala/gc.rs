@@ -68,17 +68,29 @@ impl Inner {
         if !dest.moved.is_empty() {
             self.write_dest(&mut dest, &mut drained).await?;
         }
+        self.bufs.give(dest.data.into_iter().chain(dest.mds));
         Ok(())
     }
 
     fn new_dest(&self) -> Dest {
         let g = &self.geo;
         let chunk = g.chunk_blocks as usize;
+        // Zeroed: a destination that is not filled is written with zeros in its free slots.
         Dest {
-            data: vec![vec![0u8; chunk * self.bs()]; g.k],
-            mds: vec![vec![0u8; chunk * self.mdb]; g.k],
+            data: (0..g.k).map(|_| self.bufs.take_zeroed(chunk * self.bs())).collect(),
+            mds: (0..g.k).map(|_| self.bufs.take_zeroed(chunk * self.mdb)).collect(),
             moved: Vec::new(),
         }
+    }
+
+    /// The user block AFA block `afa` holds, if it is still that block's current place.
+    fn live_at(&self, afa: u32) -> Option<(u32, u64)> {
+        let user = self.t.p2l[afa as usize].load(Relaxed);
+        if user == NONE {
+            return None;
+        }
+        let e = self.t.amt[user as usize].load(Relaxed);
+        (e != 0 && entry_afa(e) == afa).then_some((user, e))
     }
 
     /// Copies the valid blocks of victim `v` into the destination, writing it out each time it
@@ -93,19 +105,17 @@ impl Inner {
         let bs = self.bs();
         let mdb = self.mdb;
         let chunk = g.chunk_blocks as usize;
+        let mut buf = self.bufs.take(chunk * bs);
         for j in 0..g.k {
-            let mut buf = vec![0u8; chunk * bs];
+            // A victim takes no new blocks, so a slot that holds nothing live now never will:
+            // it is not read at all. A sequential overwrite leaves most victims empty.
+            if (0..chunk as u64).all(|off| self.live_at(g.afa(v, j, off)).is_none()) {
+                continue;
+            }
             self.read_slot(v, j, 0, &mut buf, None).await?;
             for off in 0..chunk {
                 let afa = g.afa(v, j, off as u64);
-                let user = self.t.p2l[afa as usize].load(Relaxed);
-                if user == NONE {
-                    continue;
-                }
-                let e = self.t.amt[user as usize].load(Relaxed);
-                if e == 0 || entry_afa(e) != afa {
-                    continue;
-                }
+                let Some((user, e)) = self.live_at(afa) else { continue };
                 let n = dest.moved.len();
                 let (dj, doff) = (n / chunk, n % chunk);
                 dest.data[dj][doff * bs..][..bs].copy_from_slice(&buf[off * bs..][..bs]);
@@ -118,6 +128,7 @@ impl Inner {
                 }
             }
         }
+        self.bufs.give([buf]);
         drained.push(v);
         Ok(())
     }
@@ -166,6 +177,7 @@ impl Inner {
             }
         }
         self.write_parity_chunks(dst, &parity, &pmd, None).await?;
+        self.bufs.give(parity.into_iter().chain(pmd));
         // The copies must be durable before the victims are trimmed (a trim is durable at
         // once on an SSD): otherwise a power cut could lose flushed data.
         self.flush_members().await?;

@@ -38,6 +38,7 @@ use flashrig_metrics::{Counter, Registry};
 use flashrig_runtime::HostCosts;
 use parking_lot::{Mutex, RwLock};
 
+use crate::bufpool::BufPool;
 use crate::raid::locks::StripeLocks;
 use crate::{check_members, EngineConstraints};
 pub use layout::ScalaGeometry;
@@ -275,6 +276,10 @@ pub(crate) struct Inner {
     journal_pos: AtomicU64,
     /// Journal position at the last checkpoint.
     journal_ckpt_pos: AtomicU64,
+    /// Chunk buffers of host conversions and GC, reused from stripe to stripe.
+    bufs: BufPool,
+    /// Per reactor: wakes that reactor's writes waiting while one of them asks for heroes.
+    grant_done: Vec<event_listener::Event>,
     metrics: Arc<Registry>,
     c: Counters,
     recovery: Mutex<Option<RecoveryReport>>,
@@ -417,6 +422,10 @@ impl Scala {
             rebuild_cursor: AtomicU64::new(0),
             journal_pos: AtomicU64::new(0),
             journal_ckpt_pos: AtomicU64::new(0),
+            // Data and parity chunks and their metadata of every conversion in flight, and of
+            // a GC or rebuild step beside them.
+            bufs: BufPool::new(2 * n * (opts.convert_depth.unwrap_or(2 * n).max(1) + 2)),
+            grant_done: (0..reactors).map(|_| event_listener::Event::new()).collect(),
             metrics,
             c,
             recovery: Mutex::new(None),

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use flashrig_blockdev::{DevResult, WriteHints};
-use flashrig_runtime::{current_reactor, sleep_ns};
+use flashrig_runtime::current_reactor;
 use futures_util::future::join_all;
 
 use super::format::{Oob, TrimRecord};
@@ -108,7 +108,17 @@ impl Inner {
         let mut from = 0;
         while from < blocks {
             match self.allocate(from, blocks - from) {
-                Alloc::Wait => sleep_ns(1_000).await,
+                Alloc::Wait => {
+                    // Another write of this reactor is asking the space manager for heroes:
+                    // sleep until its answer is in. (Polling for it every microsecond kept
+                    // the reactor busy with timers while the one grant it waits for was
+                    // served on the manager's reactor.)
+                    let r = current_reactor();
+                    let answered = self.grant_done[r].listen();
+                    if self.reactors[r].lock().asking {
+                        answered.await;
+                    }
+                }
                 Alloc::Placed { pieces, rest } => {
                     // Write what was placed before asking for more heroes: a conversion the
                     // grant may trigger waits for these pieces.
@@ -123,6 +133,7 @@ impl Inner {
                         self.reactors[r].lock().asking = true;
                         let got = self.request_heroes().await;
                         self.reactors[r].lock().asking = false;
+                        self.grant_done[r].notify(usize::MAX);
                         got?;
                     }
                 }

@@ -209,10 +209,14 @@ impl Inner {
         let (bs, mdb) = (self.block_bytes(), self.md_bytes);
         let (k, m, c) = (self.geo.k, self.geo.m, self.geo.chunk_blocks as usize);
         let chunk_bytes = c * bs;
-        let mut data = vec![0u8; k * chunk_bytes];
+        // Pooled buffers (given back at the end; dropped on an error): the reads fill the
+        // sources' part of `data`, the padding is zeroed here, and encoding writes every byte
+        // of the parity.
+        let mut data = self.bufs.take(k * chunk_bytes);
+        data[sources.len() * bs..].fill(0);
         self.read_sources(sources, &mut data[..sources.len() * bs]).await?;
         self.costs.charge_copy((sources.len() * bs) as u64).await;
-        let mut parity = vec![vec![0u8; chunk_bytes]; m];
+        let mut parity: Vec<Vec<u8>> = (0..m).map(|_| self.bufs.take(chunk_bytes)).collect();
         {
             let chunks: Vec<&[u8]> = data.chunks(chunk_bytes).collect();
             let mut rows: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
@@ -277,6 +281,7 @@ impl Inner {
             }
             t.row(row).missing.count_ones() as usize
         };
+        self.bufs.give(parity.into_iter().chain([data]));
         if let Some(e) = err {
             return Err(e);
         }

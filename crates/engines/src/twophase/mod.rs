@@ -51,6 +51,7 @@ use flashrig_runtime::cost::SharedLockModel;
 use flashrig_runtime::HostCosts;
 use parking_lot::{Mutex, RwLock};
 
+use crate::bufpool::BufPool;
 use crate::raid::locks::StripeLocks;
 use crate::{check_members, EngineConstraints};
 pub use layout::TwophaseGeometry;
@@ -143,6 +144,8 @@ pub(crate) struct Inner {
     cleaner: StripeLocks,
     /// Wakes writers waiting for room: a conversion finished a stripe or a task stopped.
     space_event: event_listener::Event,
+    /// Data and parity buffers of the stripes being written, reused from stripe to stripe.
+    bufs: BufPool,
     convert_workers: Option<usize>,
     costs: Arc<HostCosts>,
     lock: Option<Arc<SharedLockModel>>,
@@ -384,6 +387,9 @@ impl Inner {
             rowlocks: locks::RowLocks::default(),
             cleaner: StripeLocks::default(),
             space_event: event_listener::Event::new(),
+            // A stripe's data buffer and m parity chunks for each cleaner running at once
+            // (conversion tasks, GC) and a few more.
+            bufs: BufPool::new((m + 1) * 8),
             convert_workers: opts.convert_workers,
             costs: opts.costs,
             lock: opts.lock,

@@ -244,6 +244,10 @@ pub struct Tables {
     pub stripe_rows: u64,
     /// Sealed live rows by valid blocks (fewest first), then age.
     victims: BTreeSet<(u32, u64, u64)>,
+    /// Rows whose valid counts changed since they were last re-filed: a commit re-files each
+    /// once at its end instead of at every block (a stripe's commit moves 64 blocks out of a
+    /// few rows, and re-filing is a remove and an insert in `victims`).
+    touched: Vec<u64>,
 }
 
 impl Tables {
@@ -272,6 +276,7 @@ impl Tables {
             log_rows: BTreeSet::new(),
             stripe_rows: 0,
             victims: BTreeSet::new(),
+            touched: Vec::new(),
         }
     }
 
@@ -373,7 +378,22 @@ impl Tables {
                 self.replicated -= 1;
             }
         }
-        self.refresh(loc.row());
+        if self.touched.last() != Some(&loc.row()) {
+            self.touched.push(loc.row());
+        }
+    }
+
+    /// Re-files every row whose counts changed (see `touched`); every commit that changes
+    /// counts ends with this.
+    fn refresh_touched(&mut self) {
+        let mut rows = std::mem::take(&mut self.touched);
+        rows.sort_unstable();
+        rows.dedup();
+        for &r in &rows {
+            self.refresh(r);
+        }
+        rows.clear();
+        self.touched = rows;
     }
 
     /// Re-files a row after a change: in the victim index while sealed and settled, freed
@@ -514,10 +534,22 @@ impl Tables {
     /// Makes `key` (sequence `seq`) live at `loc` unless a newer version is already mapped;
     /// returns whether it did.
     fn install(&mut self, key: u64, seq: u64, loc: Loc) -> bool {
-        if self.map.get(&key).is_some_and(|e| e.seq >= seq) {
-            return false;
-        }
-        if let Some(old) = self.map.insert(key, Entry { seq, target: Target::At(loc) }) {
+        use std::collections::btree_map::Entry as Slot;
+        let new = Entry { seq, target: Target::At(loc) };
+        // One look-up of the key, not a look-up and an insert.
+        let old = match self.map.entry(key) {
+            Slot::Vacant(v) => {
+                v.insert(new);
+                None
+            }
+            Slot::Occupied(mut o) => {
+                if o.get().seq >= seq {
+                    return false;
+                }
+                Some(o.insert(new))
+            }
+        };
+        if let Some(old) = old {
             self.release(old.target);
         }
         self.validate(loc);
@@ -550,6 +582,7 @@ impl Tables {
                 updated += 1;
             }
         }
+        self.refresh_touched();
         self.settle(p);
         updated
     }
@@ -582,6 +615,7 @@ impl Tables {
         for (_, t) in older {
             self.release(t);
         }
+        self.refresh_touched();
         self.settle(p);
         n
     }
@@ -710,13 +744,25 @@ impl Tables {
         }
         for (i, s) in sources.iter().enumerate() {
             let dst = Loc::Stripe { row: t, idx: i as u32 };
-            if self.is_valid(s.owner, s.loc) {
-                match s.owner.trim() {
-                    Some(rec) => self.trims.get_mut(&rec).expect("valid record").loc = dst,
-                    None => {
-                        self.map.get_mut(&s.owner.key).expect("valid item").target = Target::At(dst)
+            // Still current at its source (`is_valid`), moved in the same look-up.
+            let moved_here = match s.owner.trim() {
+                _ if !s.owner.is_item() => false,
+                Some(rec) => match self.trims.get_mut(&rec) {
+                    Some(tr) if tr.loc == s.loc && tr.refs > 0 => {
+                        tr.loc = dst;
+                        true
                     }
-                }
+                    _ => false,
+                },
+                None => match self.map.get_mut(&s.owner.key) {
+                    Some(e) if e.seq == s.owner.seq && e.target == Target::At(s.loc) => {
+                        e.target = Target::At(dst);
+                        true
+                    }
+                    _ => false,
+                },
+            };
+            if moved_here {
                 self.validate(dst);
                 self.invalidate(s.loc);
                 match s.loc {
@@ -725,6 +771,7 @@ impl Tables {
                 }
             }
         }
+        self.refresh_touched();
         for s in sources {
             self.unpin(s.loc.row());
             self.claimed.remove(&s.loc);
