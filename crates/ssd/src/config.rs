@@ -176,6 +176,21 @@ pub enum EvictorPolicy {
     Transient,
 }
 
+/// How the SLC cache's evictor spends NAND time on a victim line (docs/ssd.md, "SLC cache").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlcEviction {
+    /// A bounded share of the victim's units is moved after each host SLC program, paced so
+    /// the victim is empty when the host needs the next free SLC line, and more in idle time;
+    /// a host program never queues behind more than one step of eviction work.
+    #[default]
+    Paced,
+    /// The whole victim is moved and erased at once when a host stream opens an SLC line and
+    /// free lines are short; that host program queues behind all of it (the model before
+    /// paced eviction, kept for comparison).
+    Inline,
+}
+
 /// Where the SLC cache puts host writes that carry the transient hint.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -235,6 +250,10 @@ pub struct Firmware {
     pub slc_evictor: EvictorPolicy,
     /// The evictor frees an SLC line when at most this many free SLC lines are left.
     pub slc_evict_free_lines: u32,
+    /// `paced` (default): eviction work is interleaved with host SLC programs and done in
+    /// idle time; `inline`: a whole victim is evicted at once in front of the host program
+    /// that needs a line.
+    pub slc_eviction: SlcEviction,
     /// `factor` of the transient-aware score (ScalaAFA sets it to 1).
     pub slc_transient_factor: f64,
     /// Whether host writes with the transient hint share the open SLC line with other host
@@ -278,6 +297,7 @@ impl Default for Firmware {
             slc_cache_bytes: 0,
             slc_evictor: EvictorPolicy::Fifo,
             slc_evict_free_lines: 1,
+            slc_eviction: SlcEviction::Paced,
             slc_transient_factor: 1.0,
             slc_transient_placement: TransientPlacement::Mixed,
             md_bytes: 16,
@@ -624,5 +644,19 @@ mod tests {
         let t: toml::Table = "[firmware]\nslc_transient_placement = \"apart\"\n".parse().unwrap();
         let e = SsdConfig::resolve(&t).unwrap_err();
         assert!(e.contains("slc_transient_placement") && e.contains("separate"), "{e}");
+    }
+
+    #[test]
+    fn slc_eviction_is_paced_by_default_and_inline_on_request() {
+        for name in preset_names() {
+            let cfg = SsdConfig::preset(name).unwrap();
+            assert_eq!(cfg.firmware.slc_eviction, SlcEviction::Paced, "{name}");
+        }
+        let t: toml::Table =
+            "preset = \"tiny-slc\"\n[firmware]\nslc_eviction = \"inline\"\n".parse().unwrap();
+        assert_eq!(SsdConfig::resolve(&t).unwrap().firmware.slc_eviction, SlcEviction::Inline);
+        let t: toml::Table = "[firmware]\nslc_eviction = \"lazy\"\n".parse().unwrap();
+        let e = SsdConfig::resolve(&t).unwrap_err();
+        assert!(e.contains("slc_eviction") && e.contains("paced"), "{e}");
     }
 }

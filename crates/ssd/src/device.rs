@@ -173,6 +173,7 @@ impl Ssd {
         set("gc_background_lines", f.gc_background_lines);
         set("slc_evictions", f.slc_evictions);
         set("slc_evicted_lines", f.slc_evicted_lines);
+        set("slc_evicted_idle", f.slc_evicted_idle);
         set("slc_transient_units", f.slc_transient_units);
         set("slc_evicted_transient", f.slc_evicted_transient);
         set("slc_transient_died", f.slc_transient_died);

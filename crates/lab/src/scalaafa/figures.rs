@@ -305,7 +305,8 @@ fn short_of_ideal(out: &mut String, r: &Results<Key>, k: usize, m: usize, ideal:
              times, and the slowest write waited {:.0} ms. At the conversion point the \
              transient area (the SLC cache's size) is three quarters full of backups and each \
              member's SLC cache is full and evicting to MLC, so every write, conversion read \
-             and parity program competes with whole-line SLC evictions for the planes; one \
+             and parity program competes with SLC eviction's reads and MLC programs for the \
+             planes; one \
              SSD alone in the same state writes the S of this ideal ({}), far below a fresh \
              one's ({} GB/s).",
             100.0 * v / id,

@@ -150,8 +150,10 @@ fn scale_check(out: &mut String, r: &Results<Key>) {
          and ScalaAFA's grant batch (1,024 VHs, 1.25% of a member's VHs) with the transient \
          area. What the reduction still distorts: an erase blocks its plane for 1/{p} of the \
          time, {p} times as often, so a write that queues behind one waits less each time; \
-         SLC eviction moves whole lines that are 1/{p} as large, so an eviction's \
-         head-of-line stall is shorter and more frequent; the space manager's checkpoints \
+         SLC eviction empties lines that are 1/{p} as large, so with \
+         `slc_eviction = \"inline\"` an eviction's head-of-line stall is shorter and more \
+         frequent (paced eviction, the default, has none; docs/ssd.md); the space \
+         manager's checkpoints \
          (the AMT scales with capacity) and the checkpoint's fixed header do not shrink in \
          the same proportion; and events that happen a fixed number of times per run (the \
          first grant, the first eviction) weigh {div} times more in a run {div} times \

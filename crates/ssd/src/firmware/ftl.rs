@@ -16,7 +16,7 @@ use rustc_hash::FxHashMap;
 
 use super::gc::VictimPolicy;
 use super::slc::Evictor;
-use crate::config::{SsdConfig, TransientPlacement};
+use crate::config::{SlcEviction, SsdConfig, TransientPlacement};
 use crate::media::image::{LineEntry, NandImage, SlotHeader};
 use crate::media::store::{IuImage, LineStore, Shape, FLAG_TRANSIENT};
 use crate::media::{Layout, NandTimer};
@@ -47,6 +47,8 @@ pub struct FtlCounters {
     pub gc_lines: u64,
     pub gc_background_lines: u64,
     pub slc_evicted_lines: u64,
+    /// Units the paced evictor moved in idle time (part of `slc_evictions`).
+    pub slc_evicted_idle: u64,
     pub slot_reads: u64,
     pub oob_mismatches: u64,
     /// Host units written with the transient hint into SLC lines.
@@ -79,6 +81,10 @@ pub trait Ftl: Send {
     /// Rebuilds the volatile state from the media at power-on.
     fn recover(&mut self, t_ns: u64) -> Vec<RecoveryStep>;
     fn counters(&self) -> FtlCounters;
+    /// The SLC line paced eviction is emptying and its valid units left, if any.
+    fn eviction_in_progress(&self) -> Option<(u32, u32)> {
+        None
+    }
     fn timer(&self) -> &NandTimer;
     /// Erase count of every physical block.
     fn block_erase_counts(&self) -> Vec<u32>;
@@ -171,6 +177,11 @@ pub struct PageMap {
     pub(super) gc_fg_free: u32,
     pub(super) gc_bg_free: u32,
     pub(super) slc_evict_free: u32,
+    /// Paced SLC eviction (`slc_eviction = "paced"`): victims are moved a step at a time.
+    pub(super) paced_eviction: bool,
+    /// The SLC line paced eviction is emptying, if any (volatile: a power loss forgets it,
+    /// and the line, still closed with its unmoved units mapped, is a victim again later).
+    pub(super) evicting: Option<u32>,
     /// Transient host writes go to their own SLC stream (`slc_transient_placement`).
     separate_transient: bool,
     /// GC is running (its own allocations must not start another GC).
@@ -213,6 +224,8 @@ impl PageMap {
             gc_fg_free: f.gc_foreground_free_lines,
             gc_bg_free: f.gc_background_free_lines,
             slc_evict_free: f.slc_evict_free_lines,
+            paced_eviction: f.slc_eviction == SlcEviction::Paced,
+            evicting: None,
             separate_transient: f.slc_transient_placement == TransientPlacement::Separate,
             in_gc: false,
             reloc_slots: Vec::new(),
@@ -296,11 +309,16 @@ impl PageMap {
                 self.open[stream as usize] = None;
             }
             if slc {
-                while self.free_slc.len() as u32 <= self.slc_evict_free {
+                // Inline eviction frees lines here, before the line is taken. Paced eviction
+                // evicts here only as a backstop (short of lines anyway, say after a power
+                // loss forgot its victim), then chooses its victim at the point where inline
+                // eviction would, and empties it while the host fills this line (`super::slc`).
+                while self.free_slc.len() as u32 <= self.slc_backstop_free() {
                     if !self.evict_one(t_ns)? {
                         break;
                     }
                 }
+                self.start_paced_eviction();
             } else if !self.in_gc {
                 while self.free_dense.len() as u32 <= self.gc_fg_free {
                     if !self.collect_one(t_ns, false)? {
@@ -420,6 +438,11 @@ impl PageMap {
                 }
             }
             self.lines[l as usize].wp = wp + per as u32;
+            if slc && stream != Stream::Relocate {
+                // After the host page is on its plane's timeline, a step of paced eviction
+                // (nothing without a victim in progress).
+                self.pace_eviction(t_ns)?;
+            }
         }
         Ok(done)
     }
@@ -456,12 +479,6 @@ impl PageMap {
             });
         }
         done
-    }
-
-    /// The slots of `line` whose unit is still mapped there, appended to `out` in order.
-    pub(super) fn valid_slots(&self, line: u32, out: &mut Vec<u32>) {
-        let Some(st) = self.lines[line as usize].store.as_ref() else { return };
-        out.extend(st.valid_slots());
     }
 
     /// Erases every block of `line` at `t_ns` and returns it to its free list.
@@ -565,6 +582,7 @@ impl Ftl for PageMap {
     }
 
     fn background(&mut self, t_ns: u64) -> DevResult<()> {
+        self.evict_in_idle_time(t_ns)?;
         if self.free_dense.len() as u32 <= self.gc_bg_free && self.timer.idle_at(t_ns) {
             self.collect_one(t_ns, true)?;
         }
@@ -581,6 +599,10 @@ impl Ftl for PageMap {
 
     fn counters(&self) -> FtlCounters {
         self.counters.clone()
+    }
+
+    fn eviction_in_progress(&self) -> Option<(u32, u32)> {
+        self.evicting.map(|l| (l, self.lines[l as usize].valid))
     }
 
     fn timer(&self) -> &NandTimer {

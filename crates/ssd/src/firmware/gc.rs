@@ -8,6 +8,7 @@ use flashrig_blockdev::DevResult;
 
 use super::ftl::{Line, LineState, PageMap, Stream};
 use crate::config::GcPolicy;
+use crate::media::store::FLAG_TRANSIENT;
 
 /// Chooses the line to collect among closed lines of one area.
 pub trait VictimPolicy: Send {
@@ -71,29 +72,54 @@ impl PageMap {
     /// time (read, then program, as a controller pipelines GC), and erases it; returns how
     /// many units moved.
     pub(super) fn relocate_and_erase(&mut self, t_ns: u64, victim: u32) -> DevResult<u64> {
+        let r = self.relocate(t_ns, victim, usize::MAX)?;
+        self.erase_line(r.done, victim);
+        Ok(r.moved)
+    }
+
+    /// Moves the first `limit` valid units of `victim` (in slot order; all of them with
+    /// `usize::MAX`) to the relocation stream, a program's worth at a time, each read issued
+    /// at `t_ns` and its program when the read is done. The victim is not erased.
+    pub(super) fn relocate(
+        &mut self,
+        t_ns: u64,
+        victim: u32,
+        limit: usize,
+    ) -> DevResult<Relocated> {
         let mut slots = std::mem::take(&mut self.reloc_slots);
         let mut ius = std::mem::take(&mut self.reloc_ius);
         slots.clear();
-        self.valid_slots(victim, &mut slots);
+        if let Some(st) = self.lines[victim as usize].store.as_ref() {
+            slots.extend(st.valid_slots().take(limit));
+        }
         let per = self.layout.slots_per_page as usize;
-        let mut done = t_ns;
+        let mut r = Relocated { moved: slots.len() as u64, transient: 0, done: t_ns };
         let mut result = Ok(());
         for group in slots.chunks(per) {
             ius.clear();
             let read_done = self.read_for_relocation(t_ns, victim, group, &mut ius);
+            r.transient += ius.iter().filter(|w| w.flags & FLAG_TRANSIENT != 0).count() as u64;
             match self.program_stream(read_done, Stream::Relocate, ius.drain(..)) {
-                Ok(d) => done = done.max(d),
+                Ok(d) => r.done = r.done.max(d),
                 Err(e) => {
                     result = Err(e);
                     break;
                 }
             }
         }
-        let n = slots.len() as u64;
         self.reloc_slots = slots;
         self.reloc_ius = ius;
-        result?;
-        self.erase_line(done, victim);
-        Ok(n)
+        result.map(|()| r)
     }
+}
+
+/// What [`PageMap::relocate`] did.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Relocated {
+    /// Units moved.
+    pub moved: u64,
+    /// Of those, units written with the transient hint.
+    pub transient: u64,
+    /// When the last program is done (the time it was issued when nothing moved).
+    pub done: u64,
 }

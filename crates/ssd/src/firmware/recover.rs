@@ -31,6 +31,7 @@ pub(super) fn power_loss(ftl: &mut PageMap) {
     ftl.free_dense.clear();
     ftl.free_slc.clear();
     ftl.in_gc = false;
+    ftl.evicting = None;
 }
 
 pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {

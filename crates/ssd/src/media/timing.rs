@@ -133,6 +133,13 @@ impl NandTimer {
             && self.channel_free_ns.iter().all(|&f| f <= t_ns)
     }
 
+    /// When the last queued operation on any plane or channel ends (the device is idle from
+    /// then on until something new is issued).
+    pub fn busy_until(&self) -> u64 {
+        let planes = self.plane_free_ns.iter().copied().max().unwrap_or(0);
+        planes.max(self.channel_free_ns.iter().copied().max().unwrap_or(0))
+    }
+
     /// Forgets all queued work (power loss: the device restarts idle).
     pub fn reset_timelines(&mut self, t_ns: u64) {
         self.channel_free_ns.iter_mut().for_each(|f| *f = t_ns);
