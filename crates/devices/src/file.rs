@@ -315,64 +315,31 @@ impl FileDevice {
         res.map_err(|e| io_err(&self.path, "fdatasync", e))
     }
 
-    /// Zeroes a byte range: punches a hole where the file system can, else writes zeros. On
-    /// the ring both run in the kernel's workers, not on the reactor's thread.
-    async fn zero_range(&self, offset: u64, len: u64) -> DevResult<()> {
-        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-        let ring = self.ring();
-        let punched = match &ring {
-            Some(ring) => uring::fallocate(ring, &self.buffered, mode, offset, len).await.is_ok(),
-            None => {
-                // SAFETY: fallocate takes a valid open descriptor and plain integers; it
-                // touches no memory of ours.
-                let rc = unsafe {
-                    libc::fallocate(
-                        self.buffered.as_raw_fd(),
-                        mode,
-                        offset as libc::off_t,
-                        len as libc::off_t,
-                    )
-                };
-                rc == 0
-            }
+    /// Zeroes a byte range: punches a hole where the file system can, else writes zeros.
+    fn zero_range(&self, offset: u64, len: u64) -> DevResult<()> {
+        // SAFETY: fallocate takes a valid open descriptor and plain integers; it touches no
+        // memory of ours.
+        let rc = unsafe {
+            libc::fallocate(
+                self.buffered.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
         };
-        if punched {
+        if rc == 0 {
             return Ok(());
         }
         let zeros = vec![0u8; (len as usize).min(1 << 20)];
         let mut done = 0u64;
         while done < len {
             let n = (len - done).min(zeros.len() as u64) as usize;
-            let at = offset + done;
-            match &ring {
-                Some(ring) => uring::write_all_at(ring, &self.buffered, &zeros[..n], at).await,
-                None => self.buffered.write_all_at(&zeros[..n], at),
-            }
-            .map_err(|e| io_err(&self.path, "zero", e))?;
+            self.buffered
+                .write_all_at(&zeros[..n], offset + done)
+                .map_err(|e| io_err(&self.path, "zero", e))?;
             done += n as u64;
         }
         Ok(())
-    }
-
-    /// Reads metadata from the sidecar (through the page cache; on the ring when there is one,
-    /// so a read that must wait for the disk does not block the reactor).
-    async fn read_md(&self, md: &mut [u8], offset: u64) -> DevResult<()> {
-        match self.ring() {
-            Some(ring) => uring::read_exact_at(&ring, &self.buffered, md, offset).await,
-            None => self.buffered.read_exact_at(md, offset),
-        }
-        .map_err(|e| io_err(&self.path, "read md", e))
-    }
-
-    /// Writes metadata to the sidecar (through the page cache). On the ring a write that must
-    /// wait (a page under writeback while a flush runs, the kernel throttling dirty pages)
-    /// waits in the kernel's worker, not on the reactor's thread.
-    async fn write_md(&self, md: &[u8], offset: u64) -> DevResult<()> {
-        match self.ring() {
-            Some(ring) => uring::write_all_at(&ring, &self.buffered, md, offset).await,
-            None => self.buffered.write_all_at(md, offset),
-        }
-        .map_err(|e| io_err(&self.path, "write md", e))
     }
 }
 
@@ -396,7 +363,7 @@ impl BlockDevice for FileDevice {
         self.read_data(lba * self.info.block_size as u64, buf).await?;
         if let Some(md) = md {
             let off = self.md_offset + lba * self.info.md_bytes_per_block as u64;
-            self.read_md(md, off).await?;
+            self.buffered.read_exact_at(md, off).map_err(|e| io_err(&self.path, "read md", e))?;
         }
         let _ = blocks;
         self.reads.inc();
@@ -418,10 +385,11 @@ impl BlockDevice for FileDevice {
         if mdb > 0 {
             let off = self.md_offset + lba * mdb;
             match md {
-                Some(m) => self.write_md(m, off).await?,
+                Some(m) => self.buffered.write_all_at(m, off),
                 // A write without metadata leaves zeroed metadata, as on a device with OOB.
-                None => self.write_md(&vec![0u8; (blocks * mdb) as usize], off).await?,
+                None => self.buffered.write_all_at(&vec![0u8; (blocks * mdb) as usize], off),
             }
+            .map_err(|e| io_err(&self.path, "write md", e))?;
         }
         if hints.fua {
             self.sync().await?;
@@ -442,10 +410,10 @@ impl BlockDevice for FileDevice {
         check_range(&self.info, lba, num_blocks)?;
         crate::model_latency(self.latency_ns).await;
         let bs = self.info.block_size as u64;
-        self.zero_range(lba * bs, num_blocks * bs).await?;
+        self.zero_range(lba * bs, num_blocks * bs)?;
         let mdb = self.info.md_bytes_per_block as u64;
         if mdb > 0 {
-            self.zero_range(self.md_offset + lba * mdb, num_blocks * mdb).await?;
+            self.zero_range(self.md_offset + lba * mdb, num_blocks * mdb)?;
         }
         self.trims.inc();
         Ok(())

@@ -377,20 +377,3 @@ pub(crate) async fn fdatasync(ring: &Rc<Ring>, file: &Arc<File>) -> io::Result<(
     let (res, _) = ring.push(entry, AlignedBuf::new(0), file.clone()).await;
     check(res).map(|_| ())
 }
-
-/// `fallocate` through the ring: the kernel runs it in one of its workers, so a hole punch does
-/// not block the reactor. Punching a hole waits for every direct I/O in flight on the file to
-/// finish; done on the reactor thread, that stalled all of its other work for milliseconds
-/// at each trim (docs/benchmarks.md, "`scala` served over NBD").
-pub(crate) async fn fallocate(
-    ring: &Rc<Ring>,
-    file: &Arc<File>,
-    mode: i32,
-    offset: u64,
-    len: u64,
-) -> io::Result<()> {
-    let entry =
-        opcode::Fallocate::new(types::Fd(file.as_raw_fd()), len).offset(offset).mode(mode).build();
-    let (res, _) = ring.push(entry, AlignedBuf::new(0), file.clone()).await;
-    check(res).map(|_| ())
-}
