@@ -62,8 +62,8 @@ const FULL_SCALE_RUNTIME_MS: u64 = 1000;
 /// How long the full run (`flashrig reproduce scalaafa`, no `--quick`) took on the
 /// development machine (2 vCPUs), stated in the document.
 const FULL_RUN_WALL_TIME: &str =
-    "11 minutes (2026-11-25, 164 runs on 2 worker threads, the machine shared with a \
-     concurrent build; peak memory 19.7 GB)";
+    "under 4 minutes (221 s on 2026-11-25, 164 runs on 2 worker threads; peak memory \
+     19.3 GB)";
 
 /// What a run measured the paper's system on: a microbenchmark or a trace.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
