@@ -97,6 +97,17 @@ pub fn snapshot_stack(dev: &dyn BlockDevice) -> LayerSnapshot {
     snap
 }
 
+/// Empties every layer's latency histograms, down the stack (counters stay): the measured
+/// window of a run starts here.
+pub fn reset_stack_latencies(dev: &dyn BlockDevice) {
+    if let Some(r) = dev.metrics() {
+        r.reset_latencies();
+    }
+    for c in dev.children() {
+        reset_stack_latencies(c.as_ref());
+    }
+}
+
 /// Checks that `len_bytes` at `lba` is a whole number of blocks inside the device, and that a
 /// metadata buffer, if any, has the matching length. Every device calls this first, so every
 /// layer rejects bad requests the same way.

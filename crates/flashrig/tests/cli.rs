@@ -80,6 +80,31 @@ fn the_built_in_default_runs_and_reports_the_numbers() {
     assert!(number_after(ssds, "NAND write amplification") > 1.0, "{ssds}");
 }
 
+/// A preconditioned run's layer latencies cover the measured window only (counters cover the
+/// whole run): each member SSD's `write_ns` holds exactly the write commands the window sent it,
+/// the difference of its `host_write_cmds` counter and the snapshot taken when preconditioning
+/// ended.
+#[test]
+fn layer_latencies_cover_the_measured_window() {
+    let d = scratch();
+    let json = d.path().join("r.json");
+    let out = flashrig(&["run", "--json", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let pre = &r["workload"]["precondition_layers"];
+    let members = r["layers"]["children"].as_array().expect("members");
+    assert_eq!(members.len(), 5);
+    for (i, m) in members.iter().enumerate() {
+        let cmds = |l: &serde_json::Value| l["counters"]["host_write_cmds"].as_u64().unwrap();
+        let window = cmds(m) - cmds(&pre["children"][i]);
+        assert!(window > 0, "member {i} wrote in the window");
+        let lat = &m["latencies"]["write_ns"];
+        assert_eq!(lat["count"].as_u64(), Some(window), "member {i}: {lat}");
+        assert!(lat["p50_ns"].as_u64().unwrap() > 0, "member {i}: {lat}");
+    }
+}
+
 #[test]
 fn the_built_in_default_reduces_its_ssds_as_reproduce_does() {
     // configs/default.toml writes its 1/8-scale members out as numbers (the frontends cannot

@@ -133,6 +133,9 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
         if cfg.precondition.is_active() {
             crate::replay::precondition(&dev, &cfg.precondition, cfg.seed).await?;
             preconditioned = Some(snapshot_stack(dev.as_ref()));
+            // Latency histograms cannot be subtracted like counters: they restart here, so
+            // the layers' latencies in the result are the measured window's.
+            flashrig_blockdev::reset_stack_latencies(dev.as_ref());
         }
         if let Some(r) = &cfg.replay {
             let interval = cfg.workload.series_interval_ns();

@@ -64,6 +64,14 @@ impl Registry {
         self.latencies.lock().entry(name.to_string()).or_default().clone()
     }
 
+    /// Empties every latency histogram (counters and values stay): a run calls it when
+    /// preconditioning ends, so the layers' latencies cover the measured window only.
+    pub fn reset_latencies(&self) {
+        for h in self.latencies.lock().values() {
+            *h.lock() = LatencyHistogram::default();
+        }
+    }
+
     /// Sets a derived value (for example `write_amplification`).
     pub fn set_value(&self, name: &str, value: f64) {
         self.values.lock().insert(name.to_string(), value);
@@ -102,6 +110,19 @@ pub struct LayerSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reset_latencies_empties_histograms_and_keeps_counters() {
+        let r = Registry::new("x");
+        r.counter("writes").add(3);
+        r.latency("write_ns").lock().record_ns(5);
+        r.reset_latencies();
+        let s = r.snapshot();
+        assert_eq!(s.latencies["write_ns"].count, 0);
+        assert_eq!(s.counters["writes"], 3);
+        r.latency("write_ns").lock().record_ns(7);
+        assert_eq!(r.snapshot().latencies["write_ns"].count, 1);
+    }
 
     #[test]
     fn counters_are_shared_by_name() {

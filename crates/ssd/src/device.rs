@@ -14,7 +14,7 @@ use flashrig_blockdev::{
     check_io, check_range, BlockDevice, DevError, DevResult, DeviceInfo, VendorCommand,
     VendorReply, WriteHints,
 };
-use flashrig_metrics::Registry;
+use flashrig_metrics::{LatencyHistogram, Registry};
 use flashrig_runtime::{now_ns, runtime_kind, sleep_until_ns, RuntimeKind};
 use parking_lot::Mutex;
 
@@ -35,6 +35,16 @@ pub struct Ssd {
     /// outside the lock so completing a command does not take it again.
     epoch: AtomicU64,
     metrics: Arc<Registry>,
+    /// Device-side latency of host commands by kind, submission to completion in the
+    /// runtime's clock (queueing inside the device included), in the layer's `latencies`.
+    lat: CommandLatency,
+}
+
+/// The histograms of [`Ssd::lat`], kept so recording does not look them up by name.
+struct CommandLatency {
+    read: Arc<Mutex<LatencyHistogram>>,
+    write: Arc<Mutex<LatencyHistogram>>,
+    convert: Arc<Mutex<LatencyHistogram>>,
 }
 
 /// What a power cycle did, step by step.
@@ -59,12 +69,18 @@ impl Ssd {
         // ScalaAFA's conversion command, when the firmware has it (docs/ssd.md).
         info.caps.convert = cfg.firmware.vendor_convert;
         info.optimal_io_blocks = (cfg.firmware.iu_bytes / cfg.firmware.block_bytes).max(1);
+        let metrics = Registry::new(name);
         Ok(Ssd {
             info,
             cfg: cfg.clone(),
             state: Mutex::new(State { ctl, powered: true }),
             epoch: AtomicU64::new(0),
-            metrics: Registry::new(name),
+            lat: CommandLatency {
+                read: metrics.latency("read_ns"),
+                write: metrics.latency("write_ns"),
+                convert: metrics.latency("convert_ns"),
+            },
+            metrics,
         })
     }
 
@@ -124,6 +140,11 @@ impl Ssd {
             return Err(DevError::Io { path: self.info.name.clone(), message: e });
         }
         Ok((done, self.epoch.load(Ordering::SeqCst)))
+    }
+
+    /// Records a command submitted now that completes at `done_ns`.
+    fn record(&self, hist: &Mutex<LatencyHistogram>, done_ns: u64) {
+        hist.lock().record_ns(done_ns.saturating_sub(now_ns()));
     }
 
     async fn complete(&self, (done_ns, epoch): (u64, u64)) -> DevResult<()> {
@@ -232,6 +253,7 @@ impl BlockDevice for Ssd {
     async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
         check_io(&self.info, lba, buf.len(), md.as_ref().map(|m| m.len()))?;
         let sub = self.submit(|c, t| c.read(t, lba, buf, md))?;
+        self.record(&self.lat.read, sub.0);
         self.complete(sub).await
     }
 
@@ -244,6 +266,7 @@ impl BlockDevice for Ssd {
     ) -> DevResult<()> {
         check_io(&self.info, lba, data.len(), md.map(|m| m.len()))?;
         let sub = self.submit(|c, t| c.write(t, lba, data, md, hints))?;
+        self.record(&self.lat.write, sub.0);
         self.complete(sub).await
     }
 
@@ -267,6 +290,7 @@ impl BlockDevice for Ssd {
         match cmd {
             VendorCommand::Convert(c) if self.cfg.firmware.vendor_convert => {
                 let sub = self.submit(|ctl, t| ctl.convert(t, &c))?;
+                self.record(&self.lat.convert, sub.0);
                 self.complete(sub).await?;
                 Ok(VendorReply::Done)
             }

@@ -183,3 +183,46 @@ fn every_reactor_has_its_own_io_queue() {
     assert_eq!(waits(2, 4), 0, "two reactors at depth 4 each fit their own queues");
     assert!(waits(1, 8) > 0, "one reactor at depth 8 overflows its queue of 4");
 }
+
+/// The layer's latencies: one sample per host read and write, each the command's time in the
+/// device (here on the sim runtime, where a command's completion is known at submission), so
+/// a reader can tell which members of an array were slow. A write issued alone to an idle
+/// device takes at least one program; a queue of writes waits behind each other.
+#[test]
+fn read_and_write_latencies_count_every_command_and_grow_with_queueing() {
+    let cfg = SsdConfig::preset("tiny").unwrap();
+    let program_ns = cfg.nand.program_ns.iter().copied().min().unwrap();
+    let (snap, _) = run(RuntimeKind::Sim, 1, move || async move {
+        let ssd = Arc::new(Ssd::new("ssd", &cfg).unwrap());
+        let dev: DevRef = ssd.clone();
+        let bs = dev.info().block_size as usize;
+        // One write alone, then 32 at once (FUA, so each waits for its program), then reads.
+        dev.write(0, &vec![1u8; bs], None, WriteHints { fua: true, ..WriteHints::NONE })
+            .await
+            .unwrap();
+        let alone = dev.metrics().unwrap().snapshot().latencies["write_ns"].clone();
+        let mut tasks = Vec::new();
+        for i in 0..32u64 {
+            let dev = dev.clone();
+            tasks.push(spawn(async move {
+                let hints = WriteHints { fua: true, ..WriteHints::NONE };
+                dev.write(1 + i, &vec![2u8; bs], None, hints).await.unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await;
+        }
+        let mut buf = vec![0u8; bs];
+        for i in 0..5 {
+            dev.read(i, &mut buf, None).await.unwrap();
+        }
+        (alone, dev.metrics().unwrap().snapshot().latencies)
+    });
+    let (alone, lat) = snap;
+    assert_eq!(alone.count, 1);
+    assert!(alone.min_ns >= program_ns, "{alone:?} against a {program_ns} ns program");
+    assert_eq!(lat["write_ns"].count, 33, "{lat:?}");
+    assert_eq!(lat["read_ns"].count, 5, "{lat:?}");
+    assert!(lat["write_ns"].max_ns > alone.max_ns, "queued writes wait longer: {lat:?}");
+    assert_eq!(lat["convert_ns"].count, 0, "no conversion was issued");
+}

@@ -133,7 +133,13 @@ impl Inner {
             match need {
                 None => force = !self.wait_for_conversion().await?,
                 Some(Need::Clean) => self.make_room(1).await?,
-                Some(Need::Prepare) => self.prepare_rows().await?,
+                Some(Need::Prepare) => {
+                    // Nothing free or freed: every row is in use, so room comes from cleaning
+                    // (which reports a full array when it finds nothing to collect).
+                    if !self.prepare_rows().await? {
+                        self.make_room(1).await?;
+                    }
+                }
             }
         }
     }
