@@ -229,24 +229,26 @@ pub fn parity_encode(k: usize, m: usize, seconds: f64) -> Vec<BenchResult> {
     out
 }
 
-/// One sequential pass of 64 KiB writes at QD32 over `range_blocks` before a timed run, as
-/// `raid_full_stripe_write` fills its array first: the RAM members' first-touch allocation
-/// (the kernel faulting in and clearing every page once) is not the engine's cost. An array
-/// that trims (conversion, GC) keeps its members' memory after this pass, since the RAM disk
-/// reuses trimmed blocks' allocations, so the timed passes measure the engine's steady state.
-async fn fill_untimed(eng: &flashrig_blockdev::DevRef, range_blocks: u64) {
+/// `count` sequential 64 KiB writes at QD32 over the first `range_blocks` of `eng`, seeded
+/// with `seed`: the engine benchmarks' workload. Each first runs one untimed pass over the
+/// array (`range_blocks / 16` writes), as `raid_full_stripe_write` fills its array first: the
+/// RAM members' first-touch allocation (the kernel faulting in and clearing every page once)
+/// is not the engine's cost. An array that trims (conversion, GC) keeps its members' memory
+/// after that pass, since the RAM disk reuses trimmed blocks' allocations, so the timed passes
+/// measure the engine's steady state.
+async fn seq_writes_64k(eng: &flashrig_blockdev::DevRef, count: u64, range_blocks: u64, seed: u64) {
     crate::workload::closed_loop(
         eng.clone(),
         true,
         crate::workload::Access::Seq,
         16,
         32,
-        range_blocks / 16,
+        count,
         range_blocks,
-        1,
+        seed,
     )
     .await
-    .expect("fill");
+    .expect("write");
 }
 
 /// User write throughput of one reactor of `twophase` k+m on RAM members in the real runtime:
@@ -269,20 +271,9 @@ pub fn twophase_write(k: usize, m: usize, passes: u64) -> BenchResult {
         );
         let range = eng.info().num_blocks / 16 * 16;
         let count = passes * range / 16;
-        fill_untimed(&eng, range).await;
+        seq_writes_64k(&eng, range / 16, range, 1).await;
         let t0 = Instant::now();
-        crate::workload::closed_loop(
-            eng.clone(),
-            true,
-            crate::workload::Access::Seq,
-            16,
-            32,
-            count,
-            range,
-            3,
-        )
-        .await
-        .expect("write");
+        seq_writes_64k(&eng, count, range, 3).await;
         let secs = t0.elapsed().as_secs_f64();
         let wa = flashrig_blockdev::snapshot_stack(eng.as_ref()).values["host_write_amplification"];
         (secs, count * 65536, wa)
@@ -320,20 +311,9 @@ pub fn scala_write(k: usize, m: usize, passes: u64) -> BenchResult {
         let eng: DevRef = sc.clone();
         let range = eng.info().num_blocks / 16 * 16;
         let count = passes * range / 16;
-        fill_untimed(&eng, range).await;
+        seq_writes_64k(&eng, range / 16, range, 1).await;
         let t0 = Instant::now();
-        crate::workload::closed_loop(
-            eng.clone(),
-            true,
-            crate::workload::Access::Seq,
-            16,
-            32,
-            count,
-            range,
-            3,
-        )
-        .await
-        .expect("write");
+        seq_writes_64k(&eng, count, range, 3).await;
         let secs = t0.elapsed().as_secs_f64();
         let snap = flashrig_blockdev::snapshot_stack(eng.as_ref());
         let wa = snap.values["host_write_amplification"];

@@ -16,6 +16,7 @@ use flashrig_check::{
     run_check, run_ops, seeds, verify_after_crash, CheckConfig, Model, OpWeights,
 };
 use flashrig_runtime::{run, sleep_ns, spawn, RuntimeKind};
+use flashrig_ssd::config::SlcEviction;
 use flashrig_ssd::firmware::recover::STEPS;
 use flashrig_ssd::{Ssd, SsdConfig};
 use parking_lot::Mutex;
@@ -114,9 +115,14 @@ fn crashes_at_random_points_lose_no_flushed_write() {
 #[test]
 fn crashes_with_slc_cache_and_coarse_units() {
     for seed in seeds(100, 3) {
-        let c = crash_case(SsdConfig::preset("tiny-slc").unwrap(), seed, 3, false, GC_WINDOW)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(c["slc_evicted_lines"] > 0, "seed {seed}: no SLC eviction happened");
+        // Both SLC eviction policies (paced, the default, and inline).
+        for eviction in [SlcEviction::Paced, SlcEviction::Inline] {
+            let mut slc = SsdConfig::preset("tiny-slc").unwrap();
+            slc.firmware.slc_eviction = eviction;
+            let c = crash_case(slc, seed, 3, false, GC_WINDOW)
+                .unwrap_or_else(|e| panic!("{eviction:?} eviction: {e}"));
+            assert!(c["slc_evicted_lines"] > 0, "seed {seed}: no SLC eviction happened");
+        }
         crash_case(SsdConfig::preset("tiny-qlc").unwrap(), seed, 3, false, GC_WINDOW)
             .unwrap_or_else(|e| panic!("{e}"));
         let mut sectors = tiny();

@@ -122,10 +122,15 @@ fn coarse_mapping_unit_over_qlc_pages() {
 #[test]
 fn slc_cache_evicts_and_keeps_data() {
     for seed in seeds(40, 2) {
-        for ev in ["fifo", "greedy", "transient"] {
+        // Every evictor under both eviction policies (`slc_eviction`, docs/ssd.md).
+        for (ev, eviction) in ["fifo", "greedy", "transient"]
+            .into_iter()
+            .flat_map(|ev| ["paced", "inline"].map(|p| (ev, p)))
+        {
             let mut t: toml::Table = "preset = \"tiny-slc\"".parse().unwrap();
             let mut fw = toml::Table::new();
             fw.insert("slc_evictor".into(), toml::Value::String(ev.into()));
+            fw.insert("slc_eviction".into(), toml::Value::String(eviction.into()));
             t.insert("firmware".into(), toml::Value::Table(fw));
             let cfg = SsdConfig::resolve(&t).unwrap();
             let c = check(RuntimeKind::Sim, 1, cfg, 12_000, seed);

@@ -99,17 +99,11 @@ impl PageMap {
     /// line. With paced eviction this is the backstop when a host stream must open a line
     /// and free lines are short anyway: the victim in progress is finished first.
     pub(super) fn evict_one(&mut self, t_ns: u64) -> DevResult<bool> {
-        if let Some(victim) = self.evicting {
-            self.evict_step(t_ns, victim, usize::MAX)?;
-            return Ok(true);
-        }
-        let Some(victim) = self.choose_victim() else { return Ok(false) };
-        // Every valid unit of the victim moves, the transient ones included.
-        let transient = self.lines[victim as usize].transient as u64;
-        let moved = self.relocate_and_erase(t_ns, victim)?;
-        self.counters.slc_evictions += moved;
-        self.counters.slc_evicted_transient += transient;
-        self.counters.slc_evicted_lines += 1;
+        let Some(victim) = self.evicting.or_else(|| self.choose_victim()) else {
+            return Ok(false);
+        };
+        // Every valid unit of the victim moves, the transient ones included, and it is erased.
+        self.evict_step(t_ns, victim, usize::MAX)?;
         Ok(true)
     }
 
@@ -172,8 +166,9 @@ impl PageMap {
         Ok(())
     }
 
-    /// Moves up to `limit` valid units of the paced victim at `t_ns`; when none is left, erases
-    /// it (after the last program) and counts the line. Returns how many units moved.
+    /// Moves up to `limit` valid units of `victim` at `t_ns` (the paced victim, or a whole
+    /// inline one); when none is left, erases it (after the last program), counts the line
+    /// and ends the paced eviction of it. Returns how many units moved.
     fn evict_step(&mut self, t_ns: u64, victim: u32, limit: usize) -> DevResult<u64> {
         let r = self.relocate(t_ns, victim, limit)?;
         self.counters.slc_evictions += r.moved;
