@@ -203,6 +203,8 @@ impl Ssd {
         set("block_erases", n.block_erases);
         set("nand_read_bytes", n.read_bytes);
         set("nand_program_bytes", n.program_bytes);
+        set("nand_plane_busy_ns", n.plane_busy_ns);
+        set("nand_gap_fills", n.gap_fills);
         for cell in CellType::ALL {
             set(&format!("nand_page_reads_{}", cell.name()), n.page_reads[cell as usize]);
             set(&format!("nand_page_programs_{}", cell.name()), n.page_programs[cell as usize]);

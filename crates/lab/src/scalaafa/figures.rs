@@ -298,21 +298,40 @@ fn short_of_ideal(out: &mut String, r: &Results<Key>, k: usize, m: usize, ideal:
             + window_counter(run, "scala", "conversions_host");
         let waits = window_counter(run, "scala", "grant_waits");
         let ssd_alone = r.get(&Key::Single { threads: 1, conversion: false }, Metric::WriteGbps);
+        // How busy the members' planes were, relative to one SSD alone in the same state at
+        // QD32 (the S of this ideal): plane time per second of the window, per SSD. No plane
+        // count is needed, since both have the same geometry.
+        let busy_per_s = |run: &Run, ssds: usize| {
+            let busy = window_counter(run, "ssd", "nand_plane_busy_ns") as f64;
+            (run.total.elapsed_ns > 0).then(|| busy / ssds as f64 / run.total.elapsed_ns as f64)
+        };
+        let alone = r.run(&Key::Single { threads: t, conversion: true });
+        let planes = match (busy_per_s(run, k + m), alone.and_then(|a| busy_per_s(a, 1))) {
+            (Some(a), Some(b)) if b > 0.0 => format!(
+                "the members' planes were busy {:.0}% as much of the window as that SSD's",
+                100.0 * a / b
+            ),
+            _ => "the members' plane time was not recorded".into(),
+        };
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        let sources = mib(window_counter(run, "ssd", "convert_read_bytes"));
+        let parity = mib(window_counter(run, "ssd", "convert_parity_bytes"));
+        let host = mib(window_counter(run, "ssd", "host_write_bytes"));
         let _ = writeln!(
             out,
             "- ScalaAFA {k}+{m} at {t} thread(s) reaches {:.0}% of the ideal at its conversion \
              point: {converted} stripes were converted in the window, grants waited {waits} \
-             times, and the slowest write waited {:.0} ms. At the conversion point the \
-             transient area (the SLC cache's size) is three quarters full of backups and each \
-             member's SLC cache is full and evicting to MLC, so every write, conversion read \
-             and parity program competes with SLC eviction's reads and MLC programs for the \
-             planes; one \
-             SSD alone in the same state writes the S of this ideal ({}), far below a fresh \
-             one's ({} GB/s).",
+             times, and the slowest write waited {:.0} ms. One SSD alone in the same state \
+             (its SLC cache full and evicting to MLC) at QD32 writes the S of this ideal ({}; \
+             a fresh one {} GB/s); {planes}. A member serves about {:.0} of the array's writes \
+             at a time, and the conversions add work the ideal leaves out: inside the SSDs \
+             they read {sources:.0} MiB of sources and programmed {parity:.0} MiB of parity, \
+             beside {host:.0} MiB of replicas.",
             100.0 * v / id,
             run.total.write_latency.max_ns as f64 / 1e6,
             r.cell(&Key::Single { threads: t, conversion: true }, Metric::WriteGbps),
             ssd_alone.map_or("—".into(), |s| format!("{s:.2}")),
+            2.0 * 32.0 * t as f64 / (k + m) as f64,
         );
     }
 }

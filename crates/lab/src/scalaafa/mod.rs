@@ -62,8 +62,8 @@ const FULL_SCALE_RUNTIME_MS: u64 = 1000;
 /// How long the full run (`flashrig reproduce scalaafa`, no `--quick`) took on the
 /// development machine (2 vCPUs), stated in the document.
 const FULL_RUN_WALL_TIME: &str =
-    "under 4 minutes (221 s on 2026-11-25, 164 runs on 2 worker threads; peak memory \
-     19.3 GB)";
+    "under 4 minutes (212 and 231 s in two runs on 2026-11-25, 164 runs on 2 worker \
+     threads; peak memory 19.9 GB)";
 
 /// What a run measured the paper's system on: a microbenchmark or a trace.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -582,6 +582,7 @@ impl Ftl for PageMap {
     }
 
     fn background(&mut self, t_ns: u64) -> DevResult<()> {
+        self.timer.set_now(t_ns);
         self.evict_in_idle_time(t_ns)?;
         if self.free_dense.len() as u32 <= self.gc_bg_free && self.timer.idle_at(t_ns) {
             self.collect_one(t_ns, true)?;
