@@ -1640,6 +1640,56 @@ fn gc_recycles_victims_that_held_nothing_valid() {
     res.unwrap();
 }
 
+/// GC makes its destination stripes durable with one member flush per batch of up to 16
+/// (`GC_FLUSH_EVERY_STRIPES`), not one per stripe: over files each flush is an `fdatasync` of
+/// every member, and flushing per stripe held the work lock for a second while grants waited.
+/// Method: random 4 KiB overwrites of a small array on RAM members, so converted stripes keep
+/// some valid blocks and GC writes many destinations; no user flush is issued, so every member
+/// flush is the engine's own (GC's and the checkpoints'). Before the batching the members saw
+/// at least one flush per GC destination stripe.
+#[test]
+fn gc_flushes_members_once_per_batch_of_destination_stripes() {
+    let (res, _) = run(RuntimeKind::Sim, 1, || async {
+        let raw: Vec<DevRef> = (0..5).map(|i| raw_member(Media::Ram, &format!("ram{i}"))).collect();
+        let o = ScalaOptions {
+            chunk_blocks: 4,
+            transient_blocks_per_member: Some(64),
+            ..ScalaOptions::new(4, 1)
+        };
+        let sc = Arc::new(Scala::create("sc", raw.clone(), o).await.map_err(|e| e.to_string())?);
+        let cap = sc.info().num_blocks;
+        let data = vec![0xA5u8; 4096];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for i in 0..cap * 6 {
+            // xorshift: a fixed sequence of blocks, overwritten at random.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let lba = x % cap;
+            sc.write(lba, &data, None, WriteHints::NONE)
+                .await
+                .map_err(|e| format!("write {i} at {lba} of {cap}: {e}; {:?}", sc.stats()))?;
+        }
+        let c = counters(&sc);
+        let (gc_stripes, checkpoints) = (c["gc_stripes"], c["checkpoints"]);
+        // Each member sees the same flushes: count one member's.
+        let member_flushes = member_sum(&raw[..1], &["flushes"]);
+        if gc_stripes < 64 {
+            return Err(format!("GC wrote only {gc_stripes} destination stripes: {c:?}"));
+        }
+        // GC's flushes: at most one per 16 stripes, one at the end of each run and one before
+        // each checkpoint it takes; the checkpoints' own flushes come on top.
+        if member_flushes >= gc_stripes {
+            return Err(format!(
+                "{member_flushes} member flushes for {gc_stripes} GC destination stripes and \
+                 {checkpoints} checkpoints: GC flushes per stripe"
+            ));
+        }
+        Ok::<_, String>(())
+    });
+    res.unwrap();
+}
+
 /// Recovery must go on numbering checkpoints after the one it loaded: after a long first life
 /// (many checkpoints), a short second life (a few writes, a clean close) must be found by the
 /// next open. (Found: `Manager::ckpt_seq` starts at 0 in every `Scala::open` and recovery does

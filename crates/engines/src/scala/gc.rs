@@ -21,11 +21,24 @@ struct Live {
     entry: u64,
 }
 
-/// The GC's destination being filled: data and metadata chunks, and the blocks in it.
+/// Destination stripes written between two member flushes. Each flush is an `fdatasync` of
+/// every member file when serving over files, and flushing after every destination stripe
+/// made one GC run of ~200 stripes hold the work lock for about a second while grants waited
+/// (docs/benchmarks.md, "`scala` served over NBD"). The victims those stripes emptied are
+/// trimmed only after the flush, so a power cut never loses a moved block.
+const GC_FLUSH_EVERY_STRIPES: usize = 16;
+
+/// The GC's destination being filled: data and metadata chunks, and the blocks in it; and
+/// the victims waiting for the flush that makes their copies durable.
 struct Dest {
     data: Vec<Vec<u8>>,
     mds: Vec<Vec<u8>>,
     moved: Vec<Live>,
+    /// Victims whose live blocks are all in destination stripes written since the last
+    /// member flush: recycled (trimmed) by [`Inner::settle`] after the next one.
+    unflushed: Vec<u64>,
+    /// Destination stripes written since the last member flush.
+    unflushed_stripes: usize,
 }
 
 impl Inner {
@@ -47,7 +60,7 @@ impl Inner {
         for (_, v) in cands {
             let free = {
                 let mgr = self.mgr.lock();
-                mgr.window.len() + mgr.pool.len() + mgr.pending.len()
+                mgr.window.len() + mgr.pool.len() + mgr.pending.len() + dest.unflushed.len()
             };
             if free >= target {
                 break;
@@ -58,17 +71,40 @@ impl Inner {
             self.t.set_state(v, state::VICTIM);
             self.drain_victim(v, &mut dest, &mut drained).await?;
             if dest.moved.is_empty() {
-                // Everything the drained victims held is written elsewhere already.
-                let members = self.members.read().clone();
-                for v in std::mem::take(&mut drained) {
-                    self.recycle(v, &members).await?;
+                // Everything the drained victims held is written elsewhere already; durably
+                // unless some of it went into a destination not flushed yet.
+                if dest.unflushed_stripes == 0 {
+                    let members = self.members.read().clone();
+                    for v in std::mem::take(&mut drained) {
+                        self.recycle(v, &members).await?;
+                    }
+                } else {
+                    dest.unflushed.append(&mut drained);
                 }
             }
         }
         if !dest.moved.is_empty() {
             self.write_dest(&mut dest, &mut drained).await?;
         }
+        self.settle(&mut dest).await?;
         self.bufs.give(dest.data.into_iter().chain(dest.mds));
+        Ok(())
+    }
+
+    /// Makes the destination stripes written so far durable (one member flush), then trims
+    /// and recycles the victims they emptied.
+    async fn settle(self: &Arc<Self>, dest: &mut Dest) -> DevResult<()> {
+        if dest.unflushed_stripes == 0 && dest.unflushed.is_empty() {
+            return Ok(());
+        }
+        // The copies must be durable before the victims are trimmed (a trim is durable at
+        // once on an SSD): otherwise a power cut could lose flushed data.
+        self.flush_members().await?;
+        dest.unflushed_stripes = 0;
+        let members = self.members.read().clone();
+        for v in std::mem::take(&mut dest.unflushed) {
+            self.recycle(v, &members).await?;
+        }
         Ok(())
     }
 
@@ -80,6 +116,8 @@ impl Inner {
             data: (0..g.k).map(|_| self.bufs.take_zeroed(chunk * self.bs())).collect(),
             mds: (0..g.k).map(|_| self.bufs.take_zeroed(chunk * self.mdb)).collect(),
             moved: Vec::new(),
+            unflushed: Vec::new(),
+            unflushed_stripes: 0,
         }
     }
 
@@ -145,7 +183,11 @@ impl Inner {
         let chunk = g.chunk_blocks as usize;
         if self.mgr.lock().window.is_empty() {
             // Victims drained so far are wholly in `dest` or earlier stripes only once `dest`
-            // is written, so nothing is recycled by this checkpoint that is still needed.
+            // is written, so nothing is recycled by this checkpoint that is still needed. The
+            // victims of earlier destinations are settled first, so that the checkpoint can
+            // bring their HHs into the window, and so that it never records a mapping into
+            // a destination that is not durable yet.
+            self.settle(dest).await?;
             self.write_checkpoint().await?;
         }
         let Some(dst) = self.mgr.lock().window.pop_front() else {
@@ -178,9 +220,6 @@ impl Inner {
         }
         self.write_parity_chunks(dst, &parity, &pmd, None).await?;
         self.bufs.give(parity.into_iter().chain(pmd));
-        // The copies must be durable before the victims are trimmed (a trim is durable at
-        // once on an SSD): otherwise a power cut could lose flushed data.
-        self.flush_members().await?;
         self.opts.costs.charge_member_ios((g.k + g.m) as u64).await;
         self.c.member_write_bytes.add(((g.k + g.m) * chunk * bs) as u64);
         self.t.set_state(dst, state::CONVERTED);
@@ -197,9 +236,12 @@ impl Inner {
         }
         self.c.gc_moved_blocks.add(count);
         self.c.gc_stripes.inc();
-        // The drained victims hold nothing valid now: trim their HHs everywhere and recycle.
-        for v in std::mem::take(drained) {
-            self.recycle(v, &members).await?;
+        // The drained victims hold nothing valid now: they are trimmed and recycled once this
+        // stripe is durable.
+        dest.unflushed.append(drained);
+        dest.unflushed_stripes += 1;
+        if dest.unflushed_stripes >= GC_FLUSH_EVERY_STRIPES {
+            self.settle(dest).await?;
         }
         Ok(())
     }
