@@ -252,6 +252,15 @@ enum ReproduceCommand {
         /// Print nothing but errors.
         #[arg(long, short)]
         quiet: bool,
+        /// Run nothing: write each planned run's configuration to DIR/<label>.toml, to run
+        /// alone with `flashrig run` (with one key changed, say). Trace runs read the
+        /// synthetic traces this writes under the results folder.
+        #[arg(long, value_name = "DIR")]
+        dump_configs: Option<PathBuf>,
+        /// With --dump-configs: only these runs (comma-separated labels, as the result files
+        /// are named, e.g. ScalaAFA-4+1-64k-seq-qd32-t1,ssd-alone-conversion-t1).
+        #[arg(long, value_delimiter = ',', requires = "dump_configs")]
+        only: Vec<String>,
     },
 }
 
@@ -579,7 +588,18 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
         Command::Serve { frontend } => serve(frontend),
         Command::Reproduce {
             paper:
-                ReproduceCommand::Scalaafa { quick, smoke, out, plots, results, traces, jobs, quiet },
+                ReproduceCommand::Scalaafa {
+                    quick,
+                    smoke,
+                    out,
+                    plots,
+                    results,
+                    traces,
+                    jobs,
+                    quiet,
+                    dump_configs,
+                    only,
+                },
         } => {
             use flashrig::lab::core::{Mode, Outputs};
             use flashrig::lab::scalaafa::{self, Options};
@@ -597,6 +617,16 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                 results: results.unwrap_or(defaults.results),
             };
             let opts = Options { mode, outputs, traces, workers: jobs.unwrap_or(0), quiet };
+            if let Some(dir) = dump_configs {
+                let written = scalaafa::dump_configs(&opts, &dir, &only)?;
+                if !quiet {
+                    eprintln!("wrote {} configuration(s) to {}", written.len(), dir.display());
+                }
+                for label in written {
+                    println!("{}", dir.join(format!("{label}.toml")).display());
+                }
+                return Ok(());
+            }
             let failed = scalaafa::scalaafa(&opts)?;
             if !quiet {
                 eprintln!("wrote {}", opts.outputs.doc.display());

@@ -11,7 +11,9 @@
 //! exists as PNG and SVG, and no run failed. No timing or paper-agreement assertion: a smoke
 //! run is not a reproduction. Then point `--smoke` and `--quick` at a document that says a
 //! full run wrote it, and at one that is not a reproduction document: both refuse with exit
-//! status 2 before running anything, and leave the file as it was.
+//! status 2 before running anything, and leave the file as it was. Last, `--dump-configs`
+//! writes one planned run's configuration, which `flashrig run` runs alone, and refuses a
+//! label that is not planned with exit status 2.
 
 use std::process::Command;
 
@@ -139,4 +141,46 @@ fn smaller_runs_refuse_to_overwrite_a_full_runs_document() {
     assert_eq!(std::fs::read_to_string(&full).unwrap(), full_text);
     assert_eq!(std::fs::read_to_string(&mine).unwrap(), "my notes\n");
     assert!(!dir.path().join("reproduce-results").exists(), "a refused run wrote results");
+}
+
+#[test]
+fn dumped_run_configurations_run_alone_and_unknown_labels_are_refused() {
+    let dir = scratch();
+    let configs = dir.path().join("configs");
+    let results = dir.path().join("results");
+    let label = "ScalaAFA-4+1-64k-seq-qd32-t1";
+    let dump = |only: &str| {
+        Command::new(env!("CARGO_BIN_EXE_flashrig"))
+            .args(["reproduce", "scalaafa", "--smoke", "-q", "--only", only])
+            .arg("--dump-configs")
+            .arg(&configs)
+            .arg("--results")
+            .arg(&results)
+            .arg("--traces")
+            .arg(dir.path().join("no-traces"))
+            .output()
+            .expect("run flashrig")
+    };
+    let out = dump(label);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let file = configs.join(format!("{label}.toml"));
+    assert_eq!(text(&out.stdout).trim(), file.display().to_string());
+    // Only the run asked for, and nothing run: no result file.
+    assert_eq!(std::fs::read_dir(&configs).unwrap().count(), 1);
+    assert!(!results.join(format!("{label}.json")).exists());
+    let run = Command::new(env!("CARGO_BIN_EXE_flashrig"))
+        .args(["run", "-q", "-o"])
+        .arg(dir.path().join("alone.json"))
+        .arg(&file)
+        .output()
+        .expect("run flashrig");
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let result = std::fs::read_to_string(dir.path().join("alone.json")).expect("a result");
+    assert!(result.contains("\"conversions_ssd\""), "not a ScalaAFA run: {result}");
+
+    let out = dump("ScalaAFA-4+1-no-such-run");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("no planned run is labelled \"ScalaAFA-4+1-no-such-run\""), "{err}");
+    assert!(err.contains(label), "the message lists the planned runs: {err}");
 }

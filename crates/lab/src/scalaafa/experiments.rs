@@ -290,24 +290,6 @@ mod tests {
         }
     }
 
-    /// Not a check: writes the configuration of every run of the full reproduction whose
-    /// label is in `FLASHRIG_DUMP_LABELS` (comma-separated) to `FLASHRIG_DUMP_DIR/<label>.toml`,
-    /// so a run can be repeated alone with `flashrig run` (docs/ssd.md, "SLC cache", measures
-    /// eviction policies on two of them this way).
-    #[test]
-    #[ignore]
-    fn dump_planned_configs() {
-        let dir = std::env::var("FLASHRIG_DUMP_DIR").expect("FLASHRIG_DUMP_DIR");
-        let labels = std::env::var("FLASHRIG_DUMP_LABELS").expect("FLASHRIG_DUMP_LABELS");
-        let plan = plan(Mode::Full, &[]).unwrap();
-        for job in &plan.jobs {
-            if labels.split(',').any(|l| l == job.label) {
-                std::fs::write(format!("{dir}/{}.toml", job.label), &job.text).unwrap();
-            }
-        }
-        eprintln!("labels: {:?}", plan.jobs.iter().map(|j| &j.label).collect::<Vec<_>>());
-    }
-
     #[test]
     fn pattern_titles() {
         assert_eq!(pattern_title("fs-rand-qd32"), "full-stripe random, QD32");
