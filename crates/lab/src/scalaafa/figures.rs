@@ -331,7 +331,9 @@ fn short_of_ideal(out: &mut String, r: &Results<Key>, k: usize, m: usize, ideal:
             run.total.write_latency.max_ns as f64 / 1e6,
             r.cell(&Key::Single { threads: t, conversion: true }, Metric::WriteGbps),
             ssd_alone.map_or("—".into(), |s| format!("{s:.2}")),
-            2.0 * 32.0 * t as f64 / (k + m) as f64,
+            // The pattern's 32 writes per I/O thread, each replicated to m + 1 of the k + m
+            // members while it is a hero.
+            32.0 * t as f64 * (m + 1) as f64 / (k + m) as f64,
         );
     }
 }
