@@ -312,6 +312,19 @@ impl BlockDevice for Raid {
         if self.cache.is_some() {
             self.flush_cache().await?;
         }
+        self.flush_members().await
+    }
+
+    async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
+        check_range(&self.info, lba, num_blocks)?;
+        self.c.trims.inc();
+        self.trim_blocks(lba, num_blocks).await
+    }
+}
+
+impl Raid {
+    /// Flushes every member that has not failed; fails when more than m have.
+    pub(crate) async fn flush_members(&self) -> DevResult<()> {
         let members = self.members.read().clone();
         let futs = members.iter().enumerate().map(|(i, d)| async move {
             if self.state[i].failed.load(Ordering::Acquire) {
@@ -327,11 +340,5 @@ impl BlockDevice for Raid {
         });
         futures_util::future::try_join_all(futs).await?;
         self.check_survivable(0)
-    }
-
-    async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
-        check_range(&self.info, lba, num_blocks)?;
-        self.c.trims.inc();
-        self.trim_blocks(lba, num_blocks).await
     }
 }

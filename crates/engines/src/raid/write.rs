@@ -279,13 +279,17 @@ impl Raid {
         }
         let futs = out.into_iter().map(|(s, _)| self.write_out_pending(s));
         try_join_all(futs).await?;
-        // FUA asks for durability at completion: the data must leave the cache now.
+        // FUA asks for durability at completion: the data must leave the cache now and be
+        // durable on the members. Another request may have taken the stripe out already and
+        // be writing it (then draining waits for its lock); either way the write-outs carry no
+        // FUA, so the members are flushed after. (The reliability swarm found the earlier
+        // version, which only wrote the stripe out, losing FUA writes at a power cut.)
         if hints.fua {
             for sp in spans {
-                if cache.take(sp.stripe).is_some() {
-                    self.write_out_pending(sp.stripe).await?;
-                }
+                cache.take(sp.stripe);
+                self.write_out_pending(sp.stripe).await?;
             }
+            self.flush_members().await?;
         }
         Ok(())
     }
