@@ -82,6 +82,9 @@ pub struct CheckReport {
 pub struct CheckError {
     pub seed: u64,
     pub message: String,
+    /// Whether a read returned the wrong contents (rather than a command failing): after a
+    /// power cut, failed commands are expected and wrong data never is.
+    pub mismatch: bool,
 }
 
 impl std::fmt::Display for CheckError {
@@ -138,7 +141,8 @@ struct State {
     rng: Xoshiro256PlusPlus,
     issued: u64,
     in_flight: Vec<(u64, u64)>,
-    failure: Option<String>,
+    /// The first failure, and whether it was wrong data (not a failed command).
+    failure: Option<(String, bool)>,
     report: CheckReport,
 }
 
@@ -196,13 +200,16 @@ pub async fn run_check(
 ) -> Result<CheckReport, CheckError> {
     let report = run_ops(dev.clone(), model.clone(), cfg).await?;
     let token = model.lock().flush_issued();
-    dev.flush()
-        .await
-        .map_err(|e| CheckError { seed: cfg.seed, message: format!("final flush failed: {e}") })?;
+    dev.flush().await.map_err(|e| CheckError {
+        seed: cfg.seed,
+        message: format!("final flush failed: {e}"),
+        mismatch: false,
+    })?;
     model.lock().flush_done(token);
     let checked = verify_all(&dev, &model).await.map_err(|message| CheckError {
         seed: cfg.seed,
         message: format!("final read-back: {message}"),
+        mismatch: !message.starts_with("read "),
     })?;
     Ok(CheckReport { blocks_checked: report.blocks_checked + checked, ..report })
 }
@@ -258,7 +265,9 @@ pub async fn run_ops(
     }
     let st = state.lock();
     match &st.failure {
-        Some(message) => Err(CheckError { seed: cfg.seed, message: message.clone() }),
+        Some((message, mismatch)) => {
+            Err(CheckError { seed: cfg.seed, message: message.clone(), mismatch: *mismatch })
+        }
         None => Ok(st.report.clone()),
     }
 }
@@ -302,9 +311,9 @@ async fn slot(dev: DevRef, state: Arc<Mutex<State>>, g: Arc<Geometry>, cfg: Chec
             let i = st.in_flight.iter().position(|x| *x == r).expect("range was in flight");
             st.in_flight.swap_remove(i);
         }
-        if let Err(e) = result {
+        if let Err((e, mismatch)) = result {
             if st.failure.is_none() {
-                st.failure = Some(format!("command {n} ({op}): {e}"));
+                st.failure = Some((format!("command {n} ({op}): {e}"), mismatch));
             }
             return;
         }
@@ -320,37 +329,40 @@ async fn slot(dev: DevRef, state: Arc<Mutex<State>>, g: Arc<Geometry>, cfg: Chec
     }
 }
 
+/// Runs one command; an error says what failed and whether it was wrong data (`true`) rather
+/// than a failed command.
 async fn execute(
     dev: &DevRef,
     state: &Arc<Mutex<State>>,
     g: &Geometry,
     op: Op,
-) -> Result<(), String> {
+) -> Result<(), (String, bool)> {
     let model = state.lock().model.clone();
+    let failed = |e: flashrig_blockdev::DevError| (e.to_string(), false);
     match op {
         Op::Read { lba, blocks, md } => {
             let mut buf = vec![0u8; blocks as usize * g.block_size];
             let mut mdbuf = md.then(|| vec![0u8; blocks as usize * g.md_bytes]);
-            dev.read(lba, &mut buf, mdbuf.as_deref_mut()).await.map_err(|e| e.to_string())?;
-            model.lock().check_read(lba, &buf, mdbuf.as_deref()).map_err(|m| m.to_string())
+            dev.read(lba, &mut buf, mdbuf.as_deref_mut()).await.map_err(failed)?;
+            model.lock().check_read(lba, &buf, mdbuf.as_deref()).map_err(|m| (m.to_string(), true))
         }
         Op::Write { lba, blocks, version, md, fua } => {
             let mut buf = vec![0u8; blocks as usize * g.block_size];
             let mut mdbuf = md.then(|| vec![0u8; blocks as usize * g.md_bytes]);
             model.lock().fill(lba, version, &mut buf, mdbuf.as_deref_mut());
             let hints = WriteHints { fua, ..WriteHints::NONE };
-            dev.write(lba, &buf, mdbuf.as_deref(), hints).await.map_err(|e| e.to_string())?;
+            dev.write(lba, &buf, mdbuf.as_deref(), hints).await.map_err(failed)?;
             model.lock().write_done(lba, blocks, version, md, fua);
             Ok(())
         }
         Op::Trim { lba, blocks } => {
-            dev.trim(lba, blocks).await.map_err(|e| e.to_string())?;
+            dev.trim(lba, blocks).await.map_err(failed)?;
             model.lock().trim_done(lba, blocks);
             Ok(())
         }
         Op::Flush => {
             let token = model.lock().flush_issued();
-            dev.flush().await.map_err(|e| e.to_string())?;
+            dev.flush().await.map_err(failed)?;
             model.lock().flush_done(token);
             Ok(())
         }

@@ -15,6 +15,7 @@ pub mod failable;
 pub mod jitter;
 pub mod model;
 pub mod pattern;
+pub mod power;
 
 pub use driver::{
     run_check, run_ops, verify_after_crash, verify_all, CheckConfig, CheckError, CheckReport,
@@ -23,6 +24,7 @@ pub use driver::{
 pub use failable::Failable;
 pub use jitter::Jitter;
 pub use model::{Expect, FlushToken, Model};
+pub use power::{Count, Fuse, Store, Trigger, Unflushed, Volatile};
 
 /// The seeds a randomised test runs: `FLASHRIG_SEED` alone when it is set (to reproduce a
 /// failure), otherwise `cases` seeds starting at `first`, or `FLASHRIG_CASES` seeds when that

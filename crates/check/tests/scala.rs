@@ -36,18 +36,18 @@
 
 mod common;
 use common::gf_mul;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use flashrig_blockdev::{
-    check_io, check_range, snapshot_stack, BlockDevice, DevError, DevRef, DevResult, DeviceInfo,
-    VendorCommand, VendorReply, WriteHints,
+    snapshot_stack, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, VendorCommand,
+    VendorReply, WriteHints,
 };
 use flashrig_check::{
     run_check, run_ops, seeds, verify_after_crash, verify_all, CheckConfig, CheckError, Jitter,
-    Model, OpWeights,
+    Model, OpWeights, Store, Volatile,
 };
 use flashrig_devices::RamDevice;
 use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions, RECOVERY_STEPS};
@@ -649,137 +649,6 @@ async fn corrupt_and_check(a: &Array, media: Media) -> Result<(), String> {
 // ---------------------------------------------------------------------------------------------
 // 3. Crashes
 
-/// Blocks written since the last flush, held in volatile memory.
-type Dirty = BTreeMap<u64, Option<(Vec<u8>, Vec<u8>)>>;
-type Store = Arc<Mutex<HashMap<u64, (Vec<u8>, Vec<u8>)>>>;
-
-/// A RAM member with a volatile write cache in front of durable storage that outlives it
-/// (as in twophase.rs): writes and trims stay in the cache until a flush (FUA writes go
-/// straight through); at a crash each cached block reaches the durable store or not, by a
-/// seeded coin, and every later command fails. A new `Volatile` over the same store is the
-/// member after power returns. It has no conversion command: the engine converts on the host.
-struct Volatile {
-    info: DeviceInfo,
-    durable: Store,
-    cache: Mutex<Dirty>,
-    crashed: AtomicBool,
-}
-
-impl Volatile {
-    fn new(name: &str, durable: Store) -> Volatile {
-        let mut info = DeviceInfo::new(name, 4096, RAM_BLOCKS).with_md_bytes(MD_BYTES);
-        info.caps.md_atomic = true;
-        info.caps.fua = true;
-        Volatile { info, durable, cache: Mutex::default(), crashed: AtomicBool::new(false) }
-    }
-
-    fn alive(&self) -> DevResult<()> {
-        if self.crashed.load(Ordering::SeqCst) {
-            return Err(DevError::DeviceFailed { name: self.info.name.clone() });
-        }
-        Ok(())
-    }
-
-    fn crash(&self, seed: u64) {
-        self.crashed.store(true, Ordering::SeqCst);
-        let cache = std::mem::take(&mut *self.cache.lock());
-        let mut coin = Xoshiro256PlusPlus::seed_from_u64(seed);
-        let mut durable = self.durable.lock();
-        for (lba, c) in cache {
-            if coin.next_u64() & 1 == 1 {
-                match c {
-                    Some(b) => durable.insert(lba, b),
-                    None => durable.remove(&lba),
-                };
-            }
-        }
-    }
-}
-
-#[async_trait(?Send)]
-impl BlockDevice for Volatile {
-    fn info(&self) -> &DeviceInfo {
-        &self.info
-    }
-    fn kind(&self) -> &'static str {
-        "volatile"
-    }
-    async fn read(&self, lba: u64, buf: &mut [u8], mut md: Option<&mut [u8]>) -> DevResult<()> {
-        check_io(&self.info, lba, buf.len(), md.as_ref().map(|m| m.len()))?;
-        self.alive()?;
-        let mdb = MD_BYTES as usize;
-        let (cache, durable) = (self.cache.lock(), self.durable.lock());
-        for (i, b) in buf.chunks_exact_mut(4096).enumerate() {
-            let l = lba + i as u64;
-            let found = match cache.get(&l) {
-                Some(c) => c.as_ref(),
-                None => durable.get(&l),
-            };
-            let m = md.as_deref_mut().map(|m| &mut m[i * mdb..(i + 1) * mdb]);
-            match found {
-                Some((d, dm)) => {
-                    b.copy_from_slice(d);
-                    if let Some(m) = m {
-                        m.copy_from_slice(dm);
-                    }
-                }
-                None => {
-                    b.fill(0);
-                    if let Some(m) = m {
-                        m.fill(0);
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-    async fn write(
-        &self,
-        lba: u64,
-        data: &[u8],
-        md: Option<&[u8]>,
-        hints: WriteHints,
-    ) -> DevResult<()> {
-        check_io(&self.info, lba, data.len(), md.map(|m| m.len()))?;
-        self.alive()?;
-        let mdb = MD_BYTES as usize;
-        let mut cache = self.cache.lock();
-        let mut durable = self.durable.lock();
-        for (i, b) in data.chunks_exact(4096).enumerate() {
-            let m = md.map_or(vec![0u8; mdb], |m| m[i * mdb..(i + 1) * mdb].to_vec());
-            let l = lba + i as u64;
-            if hints.fua {
-                cache.remove(&l);
-                durable.insert(l, (b.to_vec(), m));
-            } else {
-                cache.insert(l, Some((b.to_vec(), m)));
-            }
-        }
-        Ok(())
-    }
-    async fn flush(&self) -> DevResult<()> {
-        self.alive()?;
-        let cache = std::mem::take(&mut *self.cache.lock());
-        let mut durable = self.durable.lock();
-        for (lba, c) in cache {
-            match c {
-                Some(b) => durable.insert(lba, b),
-                None => durable.remove(&lba),
-            };
-        }
-        Ok(())
-    }
-    async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
-        check_range(&self.info, lba, num_blocks)?;
-        self.alive()?;
-        let mut cache = self.cache.lock();
-        for l in lba..lba + num_blocks {
-            cache.insert(l, None);
-        }
-        Ok(())
-    }
-}
-
 /// What the members of a crash test are: SSDs that lose power (and keep their media), or
 /// volatile RAM disks over durable stores.
 enum Power {
@@ -816,7 +685,15 @@ impl Power {
                 let v: Vec<Arc<Volatile>> = stores
                     .iter()
                     .enumerate()
-                    .map(|(i, st)| Arc::new(Volatile::new(&format!("vol{i}"), st.clone())))
+                    .map(|(i, st)| {
+                        Arc::new(Volatile::new(
+                            &format!("vol{i}"),
+                            4096,
+                            RAM_BLOCKS,
+                            MD_BYTES,
+                            st.clone(),
+                        ))
+                    })
                     .collect();
                 *vols.lock() = v.clone();
                 v.iter()
@@ -848,7 +725,8 @@ impl Power {
             }
             Power::Ram(_, vols) => {
                 for (i, v) in vols.lock().iter().enumerate() {
-                    v.crash(seed * 1000 + i as u64);
+                    // Each unflushed block lands on the media or not, by a seeded coin.
+                    v.power_cut().tear(v.media(), seed * 1000 + i as u64, 50);
                 }
             }
         }
@@ -2010,6 +1888,138 @@ fn reads_of_blocks_overwritten_at_depth_return_written_versions() {
         }
         for h in writers {
             h.await?;
+        }
+        Ok::<_, String>(())
+    });
+    res.unwrap();
+}
+
+/// A power cut between GC's trim of a stripe left empty by overwrites and the next member
+/// flush. RAM members behind a volatile write cache (`Volatile`), host conversion, one reactor:
+/// a full array is flushed, then overwritten a whole stripe at a time (never flushed by the
+/// user) until GC finds converted stripes that hold nothing valid; power is cut at the first
+/// member flush after GC's first trim, and every tear of the members' caches must read back
+/// the flushed versions (or the overwrites). (Found by the swarm, seed 34, `scala:2+1:host`:
+/// gc.rs `gc` recycled (trimmed) a victim with no valid block at once when no destination
+/// stripe was waiting for a flush, as if nothing it held could still be needed. But its blocks
+/// were invalid only in the host's AMT: the overwrites could still be in the members' write
+/// caches while the durable checkpoint still mapped the flushed versions into the victim. A
+/// cut that landed the trim and lost the overwrite read zeros where a flushed version had
+/// been. Fixed: GC recycles a victim only after a member flush issued once it was drained.)
+#[test]
+fn gc_trims_a_stripe_emptied_by_overwrites_only_once_they_are_durable() {
+    use flashrig_check::Unflushed;
+
+    /// The members' power: cut at the first flush after GC trimmed a stripe.
+    #[derive(Default)]
+    struct Mains {
+        members: Mutex<Vec<Arc<Volatile>>>,
+        gc_trimmed: AtomicBool,
+        unflushed: Mutex<Option<Vec<Unflushed>>>,
+    }
+
+    /// A member: `Jitter` over `Volatile` (commands take simulated time, so GC runs beside
+    /// the writes), watching for GC's trims (one chunk; conversion trims a VH of k chunks,
+    /// format and recovery other sizes) and cutting the power at the next flush.
+    struct Member {
+        below: DevRef,
+        power: Arc<Mains>,
+    }
+
+    #[async_trait(?Send)]
+    impl BlockDevice for Member {
+        fn info(&self) -> &DeviceInfo {
+            self.below.info()
+        }
+        fn kind(&self) -> &'static str {
+            "member"
+        }
+        async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
+            self.below.read(lba, buf, md).await
+        }
+        async fn write(
+            &self,
+            lba: u64,
+            data: &[u8],
+            md: Option<&[u8]>,
+            hints: WriteHints,
+        ) -> DevResult<()> {
+            self.below.write(lba, data, md, hints).await
+        }
+        async fn flush(&self) -> DevResult<()> {
+            if self.power.gc_trimmed.load(Ordering::SeqCst) {
+                let mut unflushed = self.power.unflushed.lock();
+                if unflushed.is_none() {
+                    let members = self.power.members.lock();
+                    *unflushed = Some(members.iter().map(|m| m.power_cut()).collect());
+                }
+            }
+            self.below.flush().await
+        }
+        async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
+            if num_blocks == CHUNK_BLOCKS {
+                self.power.gc_trimmed.store(true, Ordering::SeqCst);
+            }
+            self.below.trim(lba, num_blocks).await
+        }
+    }
+
+    const BLOCKS: u64 = 512;
+    let (res, _) = run(RuntimeKind::Sim, 1, || async {
+        let o = ScalaOptions { conversion: ConversionMode::Host, ..options(2, 1, 1) };
+        let stores: Vec<Store> = (0..3).map(|_| Store::default()).collect();
+        let mains = Arc::new(Mains::default());
+        let mut devs: Vec<DevRef> = Vec::new();
+        for (i, store) in stores.iter().enumerate() {
+            let name = format!("ram{i}");
+            let v = Arc::new(Volatile::new(&name, 4096, BLOCKS, MD_BYTES, store.clone()));
+            mains.members.lock().push(v.clone());
+            let below: DevRef = Arc::new(Jitter::new(v, 20_000, i as u64));
+            devs.push(Arc::new(Member { below, power: mains.clone() }));
+        }
+        let sc = Arc::new(Scala::create("sc", devs, o.clone()).await.map_err(|e| e.to_string())?);
+        let dev: DevRef = sc.clone();
+        let model = Arc::new(Mutex::new(Model::for_device(dev.info(), 1)));
+        prefill(&dev, &model).await.map_err(|e| e.to_string())?;
+        flush(&dev, &model).await?;
+        // Whole-stripe overwrites (prefill filled the stripes in order) until the cut.
+        let stripe = 2 * CHUNK_BLOCKS;
+        let mut buf = vec![0u8; stripe as usize * 4096];
+        for lba in (0..dev.info().num_blocks).step_by(stripe as usize) {
+            let v = {
+                let mut m = model.lock();
+                let v = m.next_version();
+                m.write_issued(lba, stripe, v, false);
+                m.fill(lba, v, &mut buf, None);
+                v
+            };
+            if dev.write(lba, &buf, None, WriteHints::NONE).await.is_err() {
+                break;
+            }
+            model.lock().write_done(lba, stripe, v, false, false);
+        }
+        drop((dev, sc));
+        let Some(unflushed) = mains.unflushed.lock().take() else {
+            return Err("GC trimmed no stripe: no power cut".to_string());
+        };
+        for tear in 0..16u64 {
+            let devs: Vec<DevRef> = stores
+                .iter()
+                .zip(&unflushed)
+                .enumerate()
+                .map(|(i, (store, u))| {
+                    let media = store.copy();
+                    u.tear(&media, tear * 8 + i as u64, 50);
+                    let name = format!("ram{i}");
+                    Arc::new(Volatile::new(&name, 4096, BLOCKS, MD_BYTES, media)) as DevRef
+                })
+                .collect();
+            let sc = Scala::open("sc", devs, o.clone())
+                .await
+                .map_err(|e| format!("tear {tear}: open: {e}"))?;
+            let dev: DevRef = Arc::new(sc);
+            let m = Arc::new(Mutex::new(model.lock().clone()));
+            verify_after_crash(&dev, &m).await.map_err(|e| format!("tear {tear}: {e}"))?;
         }
         Ok::<_, String>(())
     });

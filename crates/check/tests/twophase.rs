@@ -12,8 +12,9 @@
 //! Parity is checked against an independent GF(2^8) computation written here. Members sit
 //! behind `Failable`, which a test pulls like a drive after a number of commands; after a
 //! rebuild onto a fresh disk (run while the driver keeps writing), other members are failed,
-//! so reads must come through the rebuilt blocks. Crash tests put a test-local volatile write cache in each member (writes
-//! since the last flush are lost at the crash, each block by a seeded coin), cut power at a
+//! so reads must come through the rebuilt blocks. Crash tests put a volatile write cache
+//! (`flashrig_check::Volatile`) in each member (writes since the last flush are lost at the
+//! crash, each block by a seeded coin), cut power at a
 //! seeded virtual time with commands in flight (every other crash waits until the background
 //! conversion has several stripes in flight, and the test asserts that some crashes cut
 //! several conversions short at once), reopen with `Twophase::open` and check every
@@ -23,18 +24,13 @@
 
 mod common;
 use common::{gf_mul, gf_pow};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use flashrig_blockdev::{
-    check_io, check_range, snapshot_stack, BlockDevice, DevError, DevRef, DevResult, DeviceInfo,
-    WriteHints,
-};
+use flashrig_blockdev::{snapshot_stack, BlockDevice, DevError, DevRef, WriteHints};
 use flashrig_check::{
     run_check, run_ops, seeds, verify_after_crash, verify_all, CheckConfig, Failable, Jitter,
-    Model, OpWeights,
+    Model, OpWeights, Store, Volatile,
 };
 use flashrig_devices::RamDevice;
 use flashrig_engines::twophase::{Twophase, TwophaseOptions, RECOVERY_STEPS};
@@ -269,144 +265,14 @@ fn members_without_enough_metadata_are_refused_by_name() {
     assert!(Twophase::new("tp", vec![ram(16); 3], options(2, 1)).is_ok());
 }
 
-/// Blocks written since the last flush, held in volatile memory.
-type Dirty = BTreeMap<u64, Option<(Vec<u8>, Vec<u8>)>>;
-
-/// A member with a volatile write cache in front of durable storage that outlives it: writes
-/// and trims stay in the cache until a flush (FUA writes go straight through); at a crash
-/// each cached block reaches the durable store or not, by a seeded coin, and every later
-/// command fails. A new `Volatile` over the same store is the member after power returns.
-/// Every command completes without suspending, so flushes and writes never interleave.
-struct Volatile {
-    info: DeviceInfo,
-    durable: Store,
-    cache: Mutex<Dirty>,
-    crashed: AtomicBool,
-}
-
-impl Volatile {
-    fn new(name: &str, durable: Store) -> Volatile {
-        let mut info = DeviceInfo::new(name, 4096, MEMBER_BLOCKS).with_md_bytes(MD_BYTES);
-        info.caps.md_atomic = true;
-        info.caps.fua = true;
-        Volatile { info, durable, cache: Mutex::default(), crashed: AtomicBool::new(false) }
-    }
-
-    fn alive(&self) -> DevResult<()> {
-        if self.crashed.load(Ordering::SeqCst) {
-            return Err(DevError::DeviceFailed { name: self.info.name.clone() });
-        }
-        Ok(())
-    }
-
-    fn crash(&self, seed: u64) {
-        self.crashed.store(true, Ordering::SeqCst);
-        let cache = std::mem::take(&mut *self.cache.lock());
-        let mut coin = Xoshiro256PlusPlus::seed_from_u64(seed);
-        let mut durable = self.durable.lock();
-        for (lba, c) in cache {
-            if coin.next_u64() & 1 == 1 {
-                match c {
-                    Some(b) => durable.insert(lba, b),
-                    None => durable.remove(&lba),
-                };
-            }
-        }
-    }
-}
-
-#[async_trait(?Send)]
-impl BlockDevice for Volatile {
-    fn info(&self) -> &DeviceInfo {
-        &self.info
-    }
-    fn kind(&self) -> &'static str {
-        "volatile"
-    }
-    async fn read(&self, lba: u64, buf: &mut [u8], mut md: Option<&mut [u8]>) -> DevResult<()> {
-        check_io(&self.info, lba, buf.len(), md.as_ref().map(|m| m.len()))?;
-        self.alive()?;
-        let mdb = MD_BYTES as usize;
-        let (cache, durable) = (self.cache.lock(), self.durable.lock());
-        for (i, b) in buf.chunks_exact_mut(4096).enumerate() {
-            let l = lba + i as u64;
-            let found = match cache.get(&l) {
-                Some(c) => c.as_ref(),
-                None => durable.get(&l),
-            };
-            let m = md.as_deref_mut().map(|m| &mut m[i * mdb..(i + 1) * mdb]);
-            match found {
-                Some((d, dm)) => {
-                    b.copy_from_slice(d);
-                    if let Some(m) = m {
-                        m.copy_from_slice(dm);
-                    }
-                }
-                None => {
-                    b.fill(0);
-                    if let Some(m) = m {
-                        m.fill(0);
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-    async fn write(
-        &self,
-        lba: u64,
-        data: &[u8],
-        md: Option<&[u8]>,
-        hints: WriteHints,
-    ) -> DevResult<()> {
-        check_io(&self.info, lba, data.len(), md.map(|m| m.len()))?;
-        self.alive()?;
-        let mdb = MD_BYTES as usize;
-        let mut cache = self.cache.lock();
-        let mut durable = self.durable.lock();
-        for (i, b) in data.chunks_exact(4096).enumerate() {
-            let m = md.map_or(vec![0u8; mdb], |m| m[i * mdb..(i + 1) * mdb].to_vec());
-            let l = lba + i as u64;
-            if hints.fua {
-                cache.remove(&l);
-                durable.insert(l, (b.to_vec(), m));
-            } else {
-                cache.insert(l, Some((b.to_vec(), m)));
-            }
-        }
-        Ok(())
-    }
-    async fn flush(&self) -> DevResult<()> {
-        self.alive()?;
-        let cache = std::mem::take(&mut *self.cache.lock());
-        let mut durable = self.durable.lock();
-        for (lba, c) in cache {
-            match c {
-                Some(b) => durable.insert(lba, b),
-                None => durable.remove(&lba),
-            };
-        }
-        Ok(())
-    }
-    async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
-        check_range(&self.info, lba, num_blocks)?;
-        self.alive()?;
-        let mut cache = self.cache.lock();
-        for l in lba..lba + num_blocks {
-            cache.insert(l, None);
-        }
-        Ok(())
-    }
-}
-
-type Store = Arc<Mutex<HashMap<u64, (Vec<u8>, Vec<u8>)>>>;
-
 /// Powers up members over `stores` (behind `Jitter`).
 fn power_on(stores: &[Store], seed: u64) -> (Vec<Arc<Volatile>>, Vec<DevRef>) {
     let vols: Vec<Arc<Volatile>> = stores
         .iter()
         .enumerate()
-        .map(|(i, s)| Arc::new(Volatile::new(&format!("vol{i}"), s.clone())))
+        .map(|(i, s)| {
+            Arc::new(Volatile::new(&format!("vol{i}"), 4096, MEMBER_BLOCKS, MD_BYTES, s.clone()))
+        })
         .collect();
     let devs = vols
         .iter()
@@ -500,8 +366,10 @@ fn crash_case(
             if in_flight() >= 2 {
                 *totals.entry("crashes_mid_many_conversions".into()).or_default() += 1;
             }
+            // Power is cut: each member's unflushed blocks land on its media or not, by a
+            // seeded coin.
             for (i, v) in vols.iter().enumerate() {
-                v.crash(seed * 100 + round as u64 * 10 + i as u64);
+                v.power_cut().tear(v.media(), seed * 100 + round as u64 * 10 + i as u64, 50);
             }
             if driver.await.is_ok() {
                 return Err(format!("seed {seed}: the driver finished before the crash"));
@@ -525,11 +393,11 @@ fn check_parity_of_stores(tp: &Twophase, stores: &[Store]) -> Result<(), String>
     let (k, m, c) = (geo.k, geo.m, geo.chunk_blocks);
     for s in tp.stripe_rows() {
         let chunk = |x: usize| -> Vec<u8> {
-            let st = stores[geo.chunk_member(s, x)].lock();
+            let st = &stores[geo.chunk_member(s, x)];
             let mut v = Vec::new();
             for b in 0..c {
-                match st.get(&(geo.member_lba(s) + b)) {
-                    Some((d, _)) => v.extend_from_slice(d),
+                match st.get(geo.member_lba(s) + b) {
+                    Some(block) => v.extend_from_slice(&block.0),
                     None => v.extend_from_slice(&[0u8; 4096]),
                 }
             }

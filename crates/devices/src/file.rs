@@ -103,13 +103,16 @@ fn align_up(v: u64, a: u64) -> u64 {
     v.div_ceil(a) * a
 }
 
-/// Bytes a device of `num_blocks` needs on its medium.
+/// Bytes a device of `num_blocks` needs on its medium (u64::MAX when that does not fit in 64
+/// bits: no medium is that large, so opening fails rather than wrapping to a small size).
 pub fn required_bytes(num_blocks: u64, block_size: u32, md_bytes: u32) -> u64 {
-    let data = num_blocks * block_size as u64;
+    let data = num_blocks.saturating_mul(block_size as u64);
     if md_bytes == 0 {
         data
     } else {
-        align_up(data, ALIGN as u64) + num_blocks * md_bytes as u64
+        data.checked_next_multiple_of(ALIGN as u64)
+            .and_then(|d| d.checked_add(num_blocks.checked_mul(md_bytes as u64)?))
+            .unwrap_or(u64::MAX)
     }
 }
 
@@ -118,23 +121,43 @@ fn io_err(path: &Path, what: &str, e: std::io::Error) -> DevError {
 }
 
 impl FileDevice {
-    /// Opens (creating a regular file if needed) the device described by `opts`.
+    /// Opens (creating a regular file if needed) the device described by `opts`. A file this
+    /// call created is removed again if the device cannot be opened on it (say its size is
+    /// more than the file system allows); a file that was there before is left as it was.
     pub fn open(name: &str, opts: &FileOptions) -> DevResult<Self> {
-        let path = opts.path.clone();
         if opts.block_size == 0 || !opts.block_size.is_multiple_of(512) {
             return Err(DevError::Invalid(format!(
                 "block_size {} is not a positive multiple of 512",
                 opts.block_size
             )));
         }
-        let exists = path.exists();
-        let mut buffered = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(!exists)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| io_err(&path, "open", e))?;
+        let path = opts.path.clone();
+        // `create_new`, so the file counts as this call's only if this call made it.
+        let fresh = !path.exists();
+        let opened = OpenOptions::new().read(true).write(true).create_new(fresh).open(&path);
+        let (buffered, created) = match opened {
+            Ok(f) => (f, fresh),
+            // Made by someone else since the look: theirs, opened as it is.
+            Err(e) if fresh && e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| io_err(&path, "open", e))?;
+                (f, false)
+            }
+            Err(e) => return Err(io_err(&path, "open", e)),
+        };
+        Self::open_file(name, opts, buffered).inspect_err(|_| {
+            if created {
+                let _ = std::fs::remove_file(&path);
+            }
+        })
+    }
+
+    /// [`FileDevice::open`] on the file `buffered`, opened read-write at `opts.path`.
+    fn open_file(name: &str, opts: &FileOptions, mut buffered: File) -> DevResult<Self> {
+        let path = opts.path.clone();
         let meta = buffered.metadata().map_err(|e| io_err(&path, "stat", e))?;
         let is_blockdev = meta.file_type().is_block_device();
         let medium_len = if is_blockdev {

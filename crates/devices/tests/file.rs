@@ -1,6 +1,7 @@
 //! Goal: the `file` device keeps the on-disk layout docs/formats.md describes, survives being
-//! closed and reopened, picks io_uring where it should, and stays sound when a command's
-//! future is dropped while the kernel still owns its buffer.
+//! closed and reopened, picks io_uring where it should, stays sound when a command's future
+//! is dropped while the kernel still owns its buffer, and, when it cannot be opened at the
+//! size asked for, leaves no file of its own behind and no file that was there changed.
 //!
 //! Method: real files in a scratch directory under target/ (on the disk, where O_DIRECT
 //! works), driven on both runtimes; the layout is checked by reading the file's bytes
@@ -72,6 +73,25 @@ fn a_reopened_file_keeps_its_size_and_contents() {
         });
         res.unwrap_or_else(|e| panic!("{kind:?}: {e}"));
     }
+}
+
+#[test]
+fn a_file_that_cannot_take_its_size_is_removed_unless_it_was_there_before() {
+    let dir = scratch();
+    let path = dir.path().join("huge.img");
+    // 2^63 bytes is past the largest file offset (set_len refuses it on any file system),
+    // and with 24 metadata bytes per block the medium's size does not even fit in 64 bits.
+    for (size, md) in [(1u64 << 63, 0), (u64::MAX / 4096 * 4096, 24)] {
+        let err = FileDevice::open("f", &opts(&path, Some(size), md, IoEngine::Sync))
+            .err()
+            .unwrap_or_else(|| panic!("{size} bytes, md {md}: opened"));
+        assert!(err.to_string().contains("set_len"), "{err}");
+        assert!(!path.exists(), "{size} bytes, md {md}: the 0-byte file it created is left");
+    }
+    // A file that was there before stays, as it was.
+    std::fs::write(&path, b"keep me").unwrap();
+    assert!(FileDevice::open("f", &opts(&path, Some(1 << 63), 0, IoEngine::Sync)).is_err());
+    assert_eq!(std::fs::read(&path).unwrap(), b"keep me");
 }
 
 #[test]

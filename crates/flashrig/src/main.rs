@@ -14,12 +14,12 @@ use flashrig_runtime::RuntimeKind;
     name = "flashrig",
     version,
     about = "Emulated SSDs, all-flash-array engines, and the workloads that measure them",
-    long_about = "flashrig runs block-device stacks (engines built on RAM disks, files or, later, \
-                  emulated SSDs) on a deterministic simulated runtime or on real threads, and \
-                  reports throughput, latency and every layer's counters. Devices: ram, file, \
-                  and the emulated SSD (`type = \"ssd\"` with a preset, see `flashrig ssd \
-                  presets`); engines: stripe, concat, raid, twophase and scala. See README.md \
-                  for each command."
+    long_about = "flashrig runs block-device stacks (engines built on RAM disks, files, remote \
+                  NBD exports or emulated SSDs) on a deterministic simulated runtime or on real \
+                  threads, and reports throughput, latency and every layer's counters. Devices: \
+                  ram, file, nbd and the emulated SSD (`type = \"ssd\"` with a preset, see \
+                  `flashrig ssd presets`); engines: stripe, concat, raid, twophase and scala. \
+                  See README.md for each command."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -117,6 +117,38 @@ enum Command {
         #[command(subcommand)]
         paper: ReproduceCommand,
     },
+    /// The reliability swarm: seeded runs, each drawing a stack, a workload and a fault
+    /// schedule (power cuts at command boundaries, torn unflushed writes, cuts during recovery,
+    /// member losses and rebuilds), checked against the reference model (docs/reliability.md).
+    Swarm {
+        /// The first run's seed (run i has seed N + i).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Stop after this many runs (default: 100, unless --minutes is given).
+        #[arg(long)]
+        runs: Option<u64>,
+        /// Stop after this many minutes of wall time.
+        #[arg(long)]
+        minutes: Option<f64>,
+        /// Only the stack of this name, or stacks whose names start with it (`--list`).
+        #[arg(long)]
+        stack: Option<String>,
+        /// At most this many rounds per run (the shrinker's knob).
+        #[arg(long)]
+        rounds: Option<usize>,
+        /// At most this many commands per round (the shrinker's knob).
+        #[arg(long)]
+        ops: Option<u64>,
+        /// Report a failure as drawn, without shrinking it first.
+        #[arg(long)]
+        no_shrink: bool,
+        /// List the stacks and exit.
+        #[arg(long)]
+        list: bool,
+        /// Plant a bug in twophase (flushes skip a member): the swarm must catch it.
+        #[arg(long, hide = true)]
+        planted_bug: bool,
+    },
     /// Block traces: statistics, format conversion, reduction.
     Trace {
         #[command(subcommand)]
@@ -127,8 +159,7 @@ enum Command {
         #[command(subcommand)]
         command: SsdCommand,
     },
-    /// Tools for flashrig's own tests.
-    #[command(hide = true)]
+    /// Crash writer and checker, and stamped-block verification (README, "Crash checking").
     Debug {
         #[command(subcommand)]
         command: DebugCommand,
@@ -322,6 +353,7 @@ enum TraceCommand {
         /// The Table 2 row to imitate.
         #[arg(long)]
         like: String,
+        /// How many requests (at most 1000000000).
         #[arg(long, default_value_t = 10_000)]
         requests: u64,
         /// Address span (for example 16GiB).
@@ -426,6 +458,70 @@ fn main() -> ExitCode {
     }
 }
 
+/// `flashrig swarm`: runs seeds until the budget is spent or one fails; a failure prints its
+/// (shrunk) replay command and exits with status 1.
+#[allow(clippy::too_many_arguments)]
+fn swarm(
+    seed: u64,
+    runs: Option<u64>,
+    minutes: Option<f64>,
+    stack: Option<String>,
+    rounds: Option<usize>,
+    ops: Option<u64>,
+    shrink: bool,
+    list: bool,
+    planted_bug: bool,
+) -> Result<(), Error> {
+    if list {
+        for s in flashrig_swarm::catalogue() {
+            let p = s.promise();
+            println!(
+                "{:<24} members {}  tolerates {}  crash-safe parity {}  recovery writes {}",
+                s.name,
+                s.members(),
+                p.failures_tolerated,
+                p.parity_crash_safe,
+                p.recovery_writes
+            );
+        }
+        return Ok(());
+    }
+    if minutes.is_some_and(|m| !(m > 0.0 && m.is_finite())) {
+        return Err(Error::Input("--minutes must be a positive number".into()));
+    }
+    if rounds == Some(0) || ops == Some(0) {
+        return Err(Error::Input("--rounds and --ops must be at least 1".into()));
+    }
+    let opts = flashrig_swarm::SwarmOptions {
+        first_seed: seed,
+        runs,
+        minutes,
+        limits: flashrig_swarm::Limits { stack, rounds, ops, planted_bug },
+        shrink,
+    };
+    let mut last_print = std::time::Instant::now();
+    let summary = flashrig_swarm::swarm(&opts, |s| {
+        if last_print.elapsed().as_secs_f64() >= 5.0 {
+            last_print = std::time::Instant::now();
+            eprintln!(
+                "swarm: {} runs, {} crash states, {:.0} states/s",
+                s.tally.runs,
+                s.tally.crash_states,
+                s.states_per_s()
+            );
+        }
+    })
+    .map_err(|e| Error::Input(format!("--stack: {e}")))?;
+    print!("{}", flashrig_swarm::render(&summary));
+    match &summary.failure {
+        None => Ok(()),
+        Some(f) => Err(Error::Run(format!(
+            "swarm run with seed {} ({}) failed: {}\nreplay: {}\nas first drawn: {}",
+            f.seed, f.stack, f.message, f.replay, f.original
+        ))),
+    }
+}
+
 fn load(config: Option<&PathBuf>) -> Result<Config, Error> {
     match config {
         Some(p) => Config::load(p),
@@ -512,6 +608,17 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             print!("{}", flashrig::sweep::run_all(&cases, &out, quiet)?);
             Ok(())
         }
+        Command::Swarm {
+            seed,
+            runs,
+            minutes,
+            stack,
+            rounds,
+            ops,
+            no_shrink,
+            list,
+            planted_bug,
+        } => swarm(seed, runs, minutes, stack, rounds, ops, !no_shrink, list, planted_bug),
         Command::Config { command: ConfigCommand::Show { config, fio } } => {
             let cfg = load_with_fio(config.as_ref(), &fio, false)?;
             print!("{}", cfg.to_toml());
@@ -726,7 +833,7 @@ fn trace(cmd: TraceCommand) -> Result<(), Error> {
             let locality = tracecmd::parse_locality(locality)?;
             let span = size_arg("--span", &Some(span.clone()))?.unwrap_or(0);
             let reqs = tracecmd::synth_like(like, *requests, span, *seed, locality)?;
-            tracecmd::write_trace(&reqs, out, to)?;
+            tracecmd::write_trace(reqs, out, to)?;
         }
         TraceCommand::Reduce { input, out, method, capacity, factor, to } => {
             let cap = size_arg("--capacity", capacity)?;

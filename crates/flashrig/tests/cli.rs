@@ -812,3 +812,121 @@ fn synthetic_traces_have_published_locality_unless_told_otherwise() {
     }
     assert!(!dir.path().join("x.csv").exists(), "nothing written for a bad option");
 }
+
+/// Runs flashrig with `args` and expects exit status 2, no panic, and `needles` in stderr.
+fn expect_exit_2(args: &[&str], needles: &[&str]) {
+    let out = flashrig(args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}\nstderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "{args:?}: expected {n:?} in: {stderr}");
+    }
+}
+
+#[test]
+fn bad_trace_input_is_named_and_exits_2() {
+    // Issue 17, items 1-3 and 5: each used to panic, pass, or blame the wrong thing.
+    let dir = scratch();
+    let d = dir.path();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    // A request count that cannot be allocated is refused before anything is made.
+    let out = d.join("synth.csv");
+    expect_exit_2(
+        &["trace", "synth", "--like", "prn", "--requests", "18446744073709551615", "-o", &s(&out)],
+        &["--requests 18446744073709551615", "at most 1000000000"],
+    );
+    // An offset of 2^64 - 1: offset + size would wrap.
+    let big = write(
+        d,
+        "big.csv",
+        "128166372000000000,hm,0,Write,0,4096,10\n\
+         128166372000010000,hm,0,Write,18446744073709551615,4096,10\n",
+    );
+    expect_exit_2(&["trace", "stats", &s(&big)], &["big.csv:2: Offset + Size overflows"]);
+    let cfg = write(
+        d,
+        "replay.toml",
+        &format!(
+            "[device]\ntype = \"ram\"\ncapacity = \"64MiB\"\n[replay]\ntrace = \"{}\"\n",
+            s(&big)
+        ),
+    );
+    expect_exit_2(&["run", &s(&cfg)], &["big.csv:2: Offset + Size overflows"]);
+    // A bad third line does not hide the format: the error names it.
+    let bad3 = write(
+        d,
+        "bad3.csv",
+        "128166372000000000,hm,0,Write,0,4096,10\n\
+         128166372000010000,hm,0,Write,4096,4096,10\n\
+         128166372000020000,hm,0,Write,abc,4096,10\n",
+    );
+    expect_exit_2(&["trace", "stats", &s(&bad3)], &["bad3.csv:3: Offset `abc` is not a number"]);
+    // A format none of the file's lines is in is an error, not zero requests.
+    let good = write(d, "good.csv", "128166372000000000,hm,0,Write,0,4096,10\n");
+    expect_exit_2(
+        &["trace", "stats", &s(&good), "--format", "blkparse"],
+        &["good.csv:1: no line reads as a blkparse trace"],
+    );
+    // A short MSR line says it is short, and how short.
+    let short = write(d, "short.csv", "128166372000000000,hm,0\n");
+    expect_exit_2(
+        &["trace", "stats", &s(&short), "--format", "msr"],
+        &["short.csv:1: too few fields: 3"],
+    );
+}
+
+#[test]
+fn bad_configuration_values_name_key_and_line_and_exit_2() {
+    // Issue 17, items 4-6.
+    let dir = scratch();
+    let d = dir.path();
+    expect_bad_input(
+        d,
+        "seed = 1\n\n[device]\ntype = \"raid\"\nk = \"four\"\nm = 1\n\
+         member = { type = \"ram\", capacity = \"64MiB\" }\n",
+        &[],
+        &["bad.toml", "device.k (line 5, column 5)"],
+    );
+    expect_bad_input(
+        d,
+        "[device]\ntype = \"ram\"\ncapacity = \"99999999TiB\"\n",
+        &[],
+        &["device.capacity (line 3", "too large"],
+    );
+    let job = write(d, "job.fio", "[job]\nrw=randread\nnumjobs=99999999999\n");
+    expect_bad_input(
+        d,
+        "[device]\ntype = \"ram\"\ncapacity = \"64MiB\"\n",
+        &["--fio", job.to_str().unwrap()],
+        &["job.fio:3: numjobs: 99999999999: must be between 1 and 4096"],
+    );
+    expect_bad_input(
+        d,
+        "[device]\ntype = \"stripe\"\nchunk = \"1GiB\"\nwidth = 2\n\
+         member = { type = \"ram\", capacity = \"64MiB\" }\n",
+        &[],
+        &["device.chunk = 1GiB (262144 blocks) is larger than member device.members[0] `ram0` (16384 blocks"],
+    );
+    // A file member that cannot be made at its size (2^63 bytes) leaves no file behind.
+    let img = d.join("huge.img");
+    expect_bad_input(
+        d,
+        &format!(
+            "[device]\ntype = \"file\"\npath = \"{}\"\nsize = 9223372036854775808\n",
+            img.display()
+        ),
+        &[],
+        &["huge.img", "set_len"],
+    );
+    assert!(!img.exists(), "the file it created is removed");
+}
+
+#[test]
+fn help_lists_every_command_without_promises() {
+    let out = flashrig(&["--help"]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    assert!(!help.contains("later"), "emulated SSDs are here: {help}");
+    assert!(help.contains("\n  debug "), "the README uses `flashrig debug`: {help}");
+}

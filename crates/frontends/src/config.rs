@@ -3,6 +3,7 @@
 //! Every option has a default (see [`Config::default`] and `flashrig config show`), a TOML file
 //! overrides what it names, and unknown keys are errors so a typo never silently does nothing.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use flashrig_devices::IoEngine;
@@ -22,6 +23,12 @@ pub const DEFAULT_CONFIG_TOML: &str = include_str!("../../../configs/default.tom
 /// Requests in flight across all jobs: each holds a buffer and a task, so the product of jobs
 /// and queue depth is bounded to keep a typo from exhausting memory.
 pub const MAX_IN_FLIGHT: u64 = 1 << 20;
+
+/// The most requests one job keeps in flight (`workload.iodepth`, fio's `iodepth`).
+pub const MAX_IODEPTH: u64 = 65_536;
+
+/// The most jobs a workload runs (`workload.jobs`, fio's `numjobs`).
+pub const MAX_JOBS: u64 = 4096;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -541,11 +548,12 @@ impl Config {
             .expect("the built-in default configuration is valid")
     }
 
-    /// Parses and validates a configuration. Errors name the file and where in it.
+    /// Parses and validates a configuration. Errors name the file and where in it: the key
+    /// (`device.members[1].k`) and its line.
     pub fn from_toml(text: &str, origin: &Path) -> Result<Config, Error> {
         let cfg: Config = toml::from_str(text).map_err(|e| Error::Config {
             origin: origin.display().to_string(),
-            message: e.to_string().trim_end().to_string(),
+            message: locate(text, e),
         })?;
         cfg.validate()
             .map_err(|message| Error::Config { origin: origin.display().to_string(), message })?;
@@ -588,11 +596,14 @@ impl Config {
         if w.bs.bytes() == 0 {
             return Err("workload.bs must be positive".into());
         }
-        if w.iodepth == 0 || w.iodepth > 65_536 {
-            return Err(format!("workload.iodepth = {}: must be between 1 and 65536", w.iodepth));
+        if w.iodepth == 0 || w.iodepth as u64 > MAX_IODEPTH {
+            return Err(format!(
+                "workload.iodepth = {}: must be between 1 and {MAX_IODEPTH}",
+                w.iodepth
+            ));
         }
-        if w.jobs == 0 || w.jobs > 4096 {
-            return Err(format!("workload.jobs = {}: must be between 1 and 4096", w.jobs));
+        if w.jobs == 0 || w.jobs as u64 > MAX_JOBS {
+            return Err(format!("workload.jobs = {}: must be between 1 and {MAX_JOBS}", w.jobs));
         }
         if w.jobs as u64 * w.iodepth as u64 > MAX_IN_FLIGHT {
             return Err(format!(
@@ -626,6 +637,119 @@ impl Config {
             return Err("workload.rate_iops must be positive".into());
         }
         Ok(())
+    }
+}
+
+/// A deserialisation error of `text` as a user needs it: the key path of the offending value
+/// (or key), its line and column, and the line itself. serde reads a `type`-tagged device
+/// table whole before choosing its type, so an error inside one carries neither the key nor
+/// its place, only the table's; such an error is found again by reading each device table
+/// as the type it names, members first, which keeps both.
+fn locate(text: &str, e: toml::de::Error) -> String {
+    use toml::de::{DeTable, DeValue};
+    let Ok(root) = DeTable::parse(text) else {
+        // Not TOML at all: toml's own message has the line.
+        return e.to_string().trim_end().to_string();
+    };
+    let device = root.get_ref().get("device");
+    let inside_device = device.is_some_and(|d| e.span() == Some(d.span()));
+    let (message, span) = match device.filter(|_| inside_device).and_then(device_error) {
+        Some((message, span)) => (message, Some(span)),
+        None => (e.message().to_string(), e.span()),
+    };
+    // Some messages carry toml's own `in `key`` line (an SSD's keys, resolved on their own).
+    let message = message.trim_end().replace("\nin `", " in `");
+    let Some(span) = span else {
+        return message;
+    };
+    let table = DeValue::Table(root.get_ref().clone());
+    let key = value_path(&table, span.start);
+    // Line and column (1-based), and the line with the span underlined.
+    let start = span.start.min(text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |p| p + 1);
+    let line_no = text[..start].matches('\n').count() + 1;
+    let line = text[line_start..].lines().next().unwrap_or("");
+    let col = text[line_start..start].chars().count();
+    let room = line.chars().count().saturating_sub(col).max(1);
+    let width = text[start..span.end.clamp(start, text.len())].chars().count().clamp(1, room);
+    let gutter = " ".repeat(line_no.to_string().len());
+    let what = key.map(|k| format!("{k} ")).unwrap_or_default();
+    format!(
+        "{what}(line {line_no}, column {}): {message}\n{gutter} |\n{line_no} | {line}\n{gutter} | {}{}",
+        col + 1,
+        " ".repeat(col),
+        "^".repeat(width)
+    )
+}
+
+/// The error of the device table `v` (a `DeviceConfig`): its message and the span of what is
+/// wrong (the table's when the error has none of its own). Members are read first.
+fn device_error(v: &toml::Spanned<toml::de::DeValue>) -> Option<(String, Range<usize>)> {
+    use toml::de::{DeValue, ValueDeserializer};
+    let as_device =
+        |v: toml::Spanned<DeValue>| DeviceConfig::deserialize(ValueDeserializer::from(v)).err();
+    let err = match v.get_ref() {
+        DeValue::Table(t) => {
+            let members = match t.get("members").map(|m| m.get_ref()) {
+                Some(DeValue::Array(a)) => a.iter().collect(),
+                _ => Vec::new(),
+            };
+            if let Some(found) = t.get("member").into_iter().chain(members).find_map(device_error) {
+                return Some(found);
+            }
+            let kind = t.get("type").map(|k| (k.get_ref().as_str(), k));
+            let mut rest = t.clone();
+            rest.remove("type");
+            let de = || {
+                ValueDeserializer::from(toml::Spanned::new(v.span(), DeValue::Table(rest.clone())))
+            };
+            match kind {
+                Some((Some("ram"), _)) => RamConfig::deserialize(de()).err(),
+                Some((Some("file"), _)) => FileConfig::deserialize(de()).err(),
+                Some((Some("stripe"), _)) => StripeConfig::deserialize(de()).err(),
+                Some((Some("concat"), _)) => ConcatConfig::deserialize(de()).err(),
+                Some((Some("ssd"), _)) => SsdSpec::deserialize(de()).err(),
+                Some((Some("raid"), _)) => RaidConfig::deserialize(de()).err(),
+                Some((Some("twophase"), _)) => TwophaseConfig::deserialize(de()).err(),
+                Some((Some("scala"), _)) => ScalaConfig::deserialize(de()).err(),
+                Some((Some("nbd"), _)) => NbdDeviceConfig::deserialize(de()).err(),
+                // An unknown or malformed type: serde's message, pointing at the type.
+                Some((_, k)) => {
+                    let mut only = toml::de::DeTable::new();
+                    only.insert(toml::Spanned::new(k.span(), "type".into()), k.clone());
+                    as_device(toml::Spanned::new(k.span(), DeValue::Table(only)))
+                }
+                None => as_device(v.clone()),
+            }
+        }
+        _ => as_device(v.clone()),
+    };
+    err.map(|e| (e.message().to_string(), e.span().unwrap_or(v.span())))
+}
+
+/// The key path, inside `v`, of the deepest key or value whose span holds byte `pos`:
+/// `device.members[1].k`, or `[1].k` inside an array.
+fn value_path(v: &toml::de::DeValue, pos: usize) -> Option<String> {
+    use toml::de::DeValue;
+    match v {
+        DeValue::Table(t) => t.iter().find_map(|(k, v)| {
+            let name = k.get_ref().to_string();
+            match value_path(v.get_ref(), pos) {
+                Some(rest) if rest.starts_with('[') => Some(format!("{name}{rest}")),
+                Some(rest) => Some(format!("{name}.{rest}")),
+                None if k.span().contains(&pos) || v.span().contains(&pos) => Some(name),
+                None => None,
+            }
+        }),
+        DeValue::Array(a) => {
+            a.iter().enumerate().find_map(|(i, item)| match value_path(item.get_ref(), pos) {
+                Some(rest) if rest.starts_with('[') => Some(format!("[{i}]{rest}")),
+                Some(rest) => Some(format!("[{i}].{rest}")),
+                None if item.span().contains(&pos) => Some(format!("[{i}]")),
+                None => None,
+            })
+        }
+        _ => None,
     }
 }
 
@@ -770,7 +894,7 @@ fn check_array(
     width: Option<usize>,
     at: &str,
 ) -> Result<(), String> {
-    if k == 0 || m == 0 || m > 2 || k + m > 64 {
+    if k == 0 || m == 0 || m > 2 || k.saturating_add(m) > 64 {
         return Err(format!("{at}: k = {k}, m = {m}: need k >= 1, m = 1 or 2, k + m <= 64"));
     }
     if chunk.bytes() == 0 {

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::config::{Pattern, WorkloadConfig};
+use crate::config::{Pattern, WorkloadConfig, MAX_IODEPTH, MAX_JOBS};
 use crate::distribution::Distribution;
 use crate::error::Error;
 use crate::size::{parse_size, BlockSizeMix, Size};
@@ -283,8 +283,9 @@ fn convert(name: &str, opts: &Section, origin: &str) -> Result<FioJob, Error> {
             "io_size" | "io_limit" => io_size = Some(size(value()?)?),
             "runtime" | "timeout" => w.runtime_ms = Some(parse_time_ms(value()?).map_err(bad)?),
             "time_based" => time_based = flag()?,
-            "iodepth" => w.iodepth = number(value()?)? as u32,
-            "numjobs" => w.jobs = number(value()?)? as u32,
+            // Checked as given, before narrowing, so the message shows the number written.
+            "iodepth" => w.iodepth = within(number(value()?)?, MAX_IODEPTH).map_err(bad)?,
+            "numjobs" => w.jobs = within(number(value()?)?, MAX_JOBS).map_err(bad)?,
             "rwmixread" => w.rwmixread = percent(number(value()?)?).map_err(bad)?,
             "rwmixwrite" => w.rwmixread = 100 - percent(number(value()?)?).map_err(bad)?,
             "random_distribution" => {
@@ -327,6 +328,14 @@ fn convert(name: &str, opts: &Section, origin: &str) -> Result<FioJob, Error> {
     Ok(FioJob { name: name.to_string(), workload: w, seed, notes })
 }
 
+/// `v` if it is between 1 and `max`.
+fn within(v: u64, max: u64) -> Result<u32, String> {
+    match u32::try_from(v) {
+        Ok(n) if (1..=max).contains(&v) => Ok(n),
+        _ => Err(format!("{v}: must be between 1 and {max}")),
+    }
+}
+
 fn percent(v: u64) -> Result<u8, String> {
     u8::try_from(v).ok().filter(|&p| p <= 100).ok_or_else(|| format!("{v} is not a percentage"))
 }
@@ -337,15 +346,20 @@ fn parse_time_ms(v: &str) -> Result<u64, String> {
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: u64 = num.parse().map_err(|_| format!("\"{v}\" is not a time (e.g. 30, 500ms, 2m)"))?;
-    let ms = match unit {
-        "us" | "usec" => n / 1000,
-        "ms" | "msec" => n,
-        "" | "s" | "sec" => n * 1000,
-        "m" | "min" => n * 60_000,
-        "h" | "hr" => n * 3_600_000,
-        "d" => n * 86_400_000,
+    let (mul, div) = match unit {
+        "us" | "usec" => (1, 1000),
+        "ms" | "msec" => (1, 1),
+        "" | "s" | "sec" => (1000, 1),
+        "m" | "min" => (60_000, 1),
+        "h" | "hr" => (3_600_000, 1),
+        "d" => (86_400_000, 1),
         other => return Err(format!("\"{v}\": unknown time unit \"{other}\"")),
     };
+    // Found by fuzzing: `runtime=999999999999999d` overflowed the multiplication.
+    let ms = n
+        .checked_mul(mul)
+        .ok_or_else(|| format!("\"{v}\" is too long: more than 2^64 - 1 milliseconds"))?
+        / div;
     if ms == 0 {
         return Err(format!("\"{v}\": must be at least a millisecond"));
     }
@@ -424,5 +438,9 @@ mod tests {
         assert_eq!(parse_time_ms("500ms").unwrap(), 500);
         assert_eq!(parse_time_ms("2m").unwrap(), 120_000);
         assert!(parse_time_ms("10us").is_err());
+        assert_eq!(parse_time_ms("18446744073709551615ms").unwrap(), u64::MAX);
+        let e = parse_time_ms("18446744073709551615s").unwrap_err();
+        assert!(e.contains("too long"), "{e}");
+        assert!(parse_time_ms("999999999999999d").unwrap_err().contains("too long"));
     }
 }

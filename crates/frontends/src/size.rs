@@ -46,9 +46,18 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
             ))
         }
     };
+    let too_large = || format!("\"{s}\" is too large: more than 2^64 - 1 bytes (16 EiB)");
+    if !num.contains('.') {
+        // Whole numbers exactly, in integers: a float would round the largest ones.
+        let n: u64 = num.parse().map_err(|_| too_large())?;
+        return n.checked_mul(1 << shift).ok_or_else(too_large);
+    }
     let value: f64 = num.parse().map_err(|_| format!("\"{s}\" is not a size"))?;
     let bytes = value * (1u64 << shift) as f64;
-    if !bytes.is_finite() || bytes > u64::MAX as f64 || bytes.fract() != 0.0 {
+    if bytes >= u64::MAX as f64 {
+        return Err(too_large());
+    }
+    if bytes.fract() != 0.0 {
         return Err(format!("\"{s}\" is not a whole number of bytes"));
     }
     Ok(bytes as u64)

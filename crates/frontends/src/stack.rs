@@ -17,6 +17,7 @@ use crate::config::{
     DeviceConfig, RaidMode, ScalaConfig, ScalaConversion, ScalaStart, TwophaseStart,
 };
 use crate::error::Error;
+use crate::size::Size;
 
 /// Builds the stack described by `cfg`. Layers without a configured name are named after their
 /// type and position (`stripe`, `ram0`, `ram1`, ...).
@@ -86,6 +87,7 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
                     s.chunk
                 )));
             }
+            check_chunk_fits(&members, s.chunk, bs, at)?;
             Arc::new(
                 Stripe::new(&name, members, s.chunk.bytes() / bs).map_err(|e| stack_err(at, e))?,
             )
@@ -106,6 +108,7 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
                     r.chunk
                 )));
             }
+            check_chunk_fits(&members, r.chunk, bs, at)?;
             let costs = HostCosts::named(&r.host)
                 .ok_or_else(|| Error::Stack(format!("{at}.host = {}: unknown", r.host)))?;
             let opt = RaidOptions {
@@ -134,6 +137,7 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
                     t.chunk
                 )));
             }
+            check_chunk_fits(&members, t.chunk, bs, at)?;
             let costs = HostCosts::named(&t.host)
                 .ok_or_else(|| Error::Stack(format!("{at}.host = {}: unknown", t.host)))?;
             let mut opts = TwophaseOptions::new(t.k, t.m);
@@ -181,6 +185,28 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
     })
 }
 
+/// Every member must hold at least one chunk (of `block_bytes` blocks); the error names the
+/// first that does not, with both sizes in blocks, before an engine refuses the geometry.
+fn check_chunk_fits(
+    members: &[DevRef],
+    chunk: Size,
+    block_bytes: u64,
+    at: &str,
+) -> Result<(), Error> {
+    let chunk_blocks = chunk.bytes() / block_bytes;
+    for (i, m) in members.iter().enumerate() {
+        let info = m.info();
+        if info.num_blocks < chunk_blocks {
+            return Err(Error::Stack(format!(
+                "{at}.chunk = {chunk} ({chunk_blocks} blocks) is larger than member \
+                 {at}.members[{i}] `{}` ({} blocks of {} bytes)",
+                info.name, info.num_blocks, info.block_size
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The engine options of a `scala` array over its built `members`.
 fn scala_options(
     c: &ScalaConfig,
@@ -195,6 +221,7 @@ fn scala_options(
             c.chunk
         )));
     }
+    check_chunk_fits(members, c.chunk, bs, at)?;
     let costs = HostCosts::named(&c.host)
         .ok_or_else(|| Error::Stack(format!("{at}.host = {}: unknown", c.host)))?;
     let mut opts = ScalaOptions::new(c.k, c.m);

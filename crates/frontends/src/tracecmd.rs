@@ -147,15 +147,17 @@ pub fn parse_locality(s: &str) -> Result<Locality, Error> {
 }
 
 /// `trace synth`: a stand-in for the ScalaAFA Table 2 row named `like` (case-insensitive)
-/// with `requests` requests over `span_bytes`, addressed as `locality` says
-/// (`flashrig_trace::synth`; docs/traces.md has the sources and what the stand-ins lack).
+/// with `requests` requests (at most [`flashrig_trace::synth::MAX_REQUESTS`]) over
+/// `span_bytes`, addressed as `locality` says (`flashrig_trace::synth`; docs/traces.md has
+/// the sources and what the stand-ins lack). The requests come one at a time, for
+/// [`write_trace`] to write without holding them all.
 pub fn synth_like(
     like: &str,
     requests: u64,
     span_bytes: u64,
     seed: u64,
     locality: Locality,
-) -> Result<Vec<Request>, Error> {
+) -> Result<flashrig_trace::Synth, Error> {
     let row = flashrig_trace::synth::row(like).ok_or_else(|| {
         Error::Input(format!(
             "--like {like}: not a row of ScalaAFA Table 2 ({})",
@@ -167,22 +169,42 @@ pub fn synth_like(
     if span_bytes < 1 << 20 {
         return Err(Error::Input(format!("--span: at least 1 MiB, got {span_bytes} bytes")));
     }
-    Ok(flashrig_trace::synth::synth_with(row, requests, span_bytes, seed, locality))
+    let max = flashrig_trace::synth::MAX_REQUESTS;
+    if requests > max {
+        return Err(Error::Input(format!(
+            "--requests {requests}: at most {max} (ScalaAFA Table 2's largest row, prn, has \
+             16.8 million)"
+        )));
+    }
+    Ok(flashrig_trace::Synth::new(row, requests, span_bytes, seed, locality))
 }
 
-/// Writes `reqs` to `out` in `to` (msr or disksim).
-pub fn write_trace(reqs: &[Request], out: &Path, to: &str) -> Result<(), Error> {
+/// Writes `reqs` (a slice, or requests as they are made) to `out` in `to` (msr or disksim).
+pub fn write_trace<R: std::borrow::Borrow<Request>>(
+    reqs: impl IntoIterator<Item = R>,
+    out: &Path,
+    to: &str,
+) -> Result<(), Error> {
+    use flashrig_trace::write::{write_disksim, write_msr};
+    use std::io::Write as _;
+    let msr = match to {
+        "msr" => true,
+        "disksim" => false,
+        other => return Err(Error::Input(format!("--to {other}: expected msr or disksim"))),
+    };
     let f = std::fs::File::create(out)
         .map_err(|e| Error::Input(format!("cannot create {}: {e}", out.display())))?;
-    let w = std::io::BufWriter::new(f);
-    let res = match to {
-        "msr" => flashrig_trace::write::write_msr(w, "flashrig", reqs),
-        "disksim" => flashrig_trace::write::write_disksim(w, reqs),
-        other => {
-            return Err(Error::Input(format!("--to {other}: expected msr or disksim")));
+    let mut w = std::io::BufWriter::new(f);
+    let mut res = Ok(());
+    for r in reqs {
+        let one = [r.borrow()];
+        res = if msr { write_msr(&mut w, "flashrig", one) } else { write_disksim(&mut w, one) };
+        if res.is_err() {
+            break;
         }
-    };
-    res.map_err(|e| Error::Io(format!("cannot write {}: {e}", out.display())))
+    }
+    res.and_then(|()| w.flush())
+        .map_err(|e| Error::Io(format!("cannot write {}: {e}", out.display())))
 }
 
 /// `trace reduce`: the thesis' segment- or subset-based reduction, with its r² check.

@@ -351,7 +351,9 @@ pub async fn run_job(
             (None, None) => Some(range_blocks),
             (None, Some(_)) => None,
         },
-        deadline_ns: w.runtime_ms.map(|ms| start + ms * 1_000_000),
+        // Saturating: `runtime_ms` may be as large as a u64 holds (a configuration or an fio
+        // job may say 10^15 days), which means no deadline in practice, not an overflow.
+        deadline_ns: w.runtime_ms.map(|ms| start.saturating_add(ms.saturating_mul(1_000_000))),
         seq_cursor: seq_start,
         offset_blocks,
         range_blocks,

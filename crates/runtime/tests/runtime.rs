@@ -246,3 +246,27 @@ fn waking_a_task_while_the_reactor_thread_exits_is_harmless() {
     });
     assert!(done);
 }
+
+/// Tasks still waiting when a simulation ends (detached background tasks asleep on long
+/// timers, on two reactors) are dropped with the run, and their memory with them. They used
+/// to keep the runtime alive from its own ready queue, so every run leaked (found through the
+/// reliability swarm's memory growth).
+#[test]
+fn tasks_left_waiting_at_the_end_of_a_simulation_are_dropped() {
+    let held = Arc::new(vec![0u8; 1 << 20]);
+    for _ in 0..3 {
+        let (h1, h2) = (held.clone(), held.clone());
+        let ((), _) = run(RuntimeKind::Sim, 2, move || async move {
+            spawn(async move {
+                sleep_ns(1_000_000_000_000).await;
+                drop(h1);
+            });
+            spawn_on(1, move || async move {
+                sleep_ns(u64::MAX / 4).await;
+                drop(h2);
+            });
+            sleep_ns(1_000).await;
+        });
+    }
+    assert_eq!(Arc::strong_count(&held), 1, "a task outlived its simulation");
+}

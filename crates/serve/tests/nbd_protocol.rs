@@ -2,7 +2,8 @@
 //! newstyle handshake and its options (GO, INFO, LIST, EXPORT_NAME, ABORT, STARTTLS refused,
 //! structured replies, meta contexts, unknown names and options), every transmission command
 //! with simple and structured replies, the protocol's error for every bad request while the
-//! connection stays usable, a hang-up on a bad magic that leaves other connections alone, a
+//! connection stays usable, an option too long answered NBD_REP_ERR_TOO_BIG (2^31 + 9) with
+//! negotiation going on, a hang-up on a bad magic that leaves other connections alone, a
 //! read-only export, two connections at once, bulk requests run on another reactor than their
 //! connection's, a shutdown that answers the requests in flight, and large payloads that
 //! arrive in pieces or never arrive whole.
@@ -525,10 +526,35 @@ fn handshake_options_info_list_and_export_names() {
         huge.extend_from_slice(&OPT_GO.to_be_bytes());
         huge.extend_from_slice(&u32::MAX.to_be_bytes());
         c.write(&huge);
+        assert_eq!(c.option_reply(OPT_GO).0, REP_ERR_TOO_BIG, "told why");
         assert!(c.closed(), "a 4 GiB option closes the connection");
         // The server still serves.
         let (mut c, _) = Client::ready(&env, false);
         assert_eq!(c.read_at(0, 1), vec![0]);
+        c.disconnect();
+    });
+}
+
+#[test]
+fn an_option_too_long_is_answered_too_big_and_negotiation_goes_on() {
+    with_server(PLAIN, |env| {
+        assert_eq!(REP_ERR_TOO_BIG, (1 << 31) + 9, "the spec's value");
+        let mut c = Client::start(&env, FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES);
+        // One byte over the 64 KiB the server reads, in an option it knows and one it does
+        // not: the data is read and thrown away, the reply says why.
+        for opt in [OPT_INFO, 99] {
+            let data = vec![0xa5u8; (64 << 10) + 1];
+            c.option(opt, &data);
+            let (kind, msg) = c.option_reply(opt);
+            assert_eq!(kind, REP_ERR_TOO_BIG, "option {opt}");
+            assert!(String::from_utf8_lossy(&msg).contains("65537 bytes"), "{msg:?}");
+        }
+        // The stream is still in step: the next options are answered and GO works.
+        c.option(OPT_LIST, &[]);
+        assert_eq!(c.option_replies(OPT_LIST).1, REP_ACK);
+        let (size, _) = c.go(NAME);
+        assert_eq!(size, SIZE);
+        assert_eq!(c.read_at(0, 4), vec![0; 4]);
         c.disconnect();
     });
 }

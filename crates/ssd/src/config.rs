@@ -102,12 +102,15 @@ impl Default for Geometry {
 }
 
 impl Geometry {
+    /// Dies in the device. Saturating, so that a configuration with absurd counts reaches
+    /// validation (which refuses more than 65,536 planes) instead of overflowing first (found
+    /// by fuzzing: `channels = 4294967295` with two chips per channel).
     pub fn dies(&self) -> u32 {
-        self.channels * self.chips_per_channel * self.dies_per_chip
+        self.channels.saturating_mul(self.chips_per_channel).saturating_mul(self.dies_per_chip)
     }
-    /// Planes in the device: the units a line stripes over.
+    /// Planes in the device: the units a line stripes over (saturating, as `dies`).
     pub fn planes(&self) -> u32 {
-        self.dies() * self.planes_per_die
+        self.dies().saturating_mul(self.planes_per_die)
     }
     pub fn physical_bytes(&self) -> u64 {
         self.planes() as u64

@@ -41,6 +41,12 @@ pub const LRU_CACHE_FRACTION: f64 = 0.1;
 /// Draws for a fresh address before giving up and revisiting one instead: only reached when
 /// the span is almost full of used addresses, which a span sized for the run never is.
 const FRESH_ADDRESS_TRIES: u32 = 64;
+/// Addresses (and requests, for `collect`) reserved up front at most: 4 Mi, about 100 MiB
+/// with the set. Longer stand-ins grow as they go.
+const PREALLOCATED_ADDRESSES: usize = 1 << 22;
+/// The most requests `flashrig trace synth` generates: a billion, about sixty times Table 2's
+/// largest row (prn, 16.8 million), so a typo cannot start a run that never ends.
+pub const MAX_REQUESTS: u64 = 1_000_000_000;
 /// Mixed into the seed for the addressing stream, so its SplitMix64 seeding starts far from
 /// the main stream's (which walks seed + k·0x9E37_79B9_7F4A_7C15): the first hexadecimal
 /// digits of pi's fractional part, a constant with no structure to line up with that walk.
@@ -400,11 +406,14 @@ impl Synth {
     ) -> Self {
         let min_span = if locality == Locality::None { SECTOR_BYTES } else { PAGE_BYTES };
         assert!(span_bytes >= min_span, "span of {span_bytes} B is below {min_span} B");
-        // Room for the addresses the run is expected to use, so the set never rehashes.
+        // Room for the addresses the run is expected to use, so the set seldom rehashes; at
+        // most PREALLOCATED_ADDRESSES, since `requests` is the caller's word and a huge one
+        // must not turn into a huge allocation before a single request is drawn.
         let expected = match locality {
             Locality::None => 0,
             Locality::Published => {
-                (row.locality.distinct_address_ratio * requests as f64 * 1.05) as usize + 16
+                let want = row.locality.distinct_address_ratio * requests as f64 * 1.05;
+                want.min(PREALLOCATED_ADDRESSES as f64) as usize + 16
             }
         };
         let mut used_set = FxHashSet::default();
@@ -518,8 +527,10 @@ impl Iterator for Synth {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
+        // The lower bound is what `collect` reserves up front: bounded like the address set,
+        // so a huge request count grows the vector as it fills instead of failing at once.
         let n = usize::try_from(self.remaining).unwrap_or(usize::MAX);
-        (n, usize::try_from(self.remaining).ok())
+        (n.min(PREALLOCATED_ADDRESSES), usize::try_from(self.remaining).ok())
     }
 }
 

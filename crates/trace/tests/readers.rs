@@ -1,6 +1,8 @@
 //! Reader tests: every format on good and malformed input (errors name file and line,
 //! `skip_bad` counts), format detection, no panics on random bytes, and the real trace slices
-//! in /work/shared/traces (counts checked against its MANIFEST).
+//! in /work/shared/traces (counts checked against its MANIFEST). Bad input (issue 17): a
+//! record whose end passes 2^64 bytes, a short MSR line, a bad line among good ones that must
+//! not hide the format from detection, and a file read in a format none of its lines is in.
 
 use std::io::Cursor;
 use std::path::Path;
@@ -302,4 +304,110 @@ fn real_slices_match_manifest() {
 fn missing_file_is_an_io_error_naming_it() {
     let e = open("/nonexistent/dir/x.csv", Format::Msr).err().unwrap();
     assert!(e.to_string().starts_with("x.csv: "), "{e}");
+}
+
+#[test]
+fn a_record_ending_past_2_pow_64_bytes_is_rejected_naming_line_and_fields() {
+    // Offset 2^64 - 1 plus any size wraps around; it must be an error, not a request.
+    let t = "128166385295514663,hm,0,Write,0,4096,1\n\
+             128166385295514664,hm,0,Write,18446744073709551615,4096,1\n";
+    let (v, _) = read("t.csv", t, Format::Msr, Options::default());
+    assert_eq!(v.len(), 2);
+    let msg = v[1].as_ref().unwrap_err().to_string();
+    assert!(msg.starts_with("t.csv:2: Offset + Size overflows"), "{msg}");
+    assert!(msg.contains("18446744073709551615"), "{msg}");
+    // The same check for formats counted in sectors: DiskSim's lba + size.
+    let lba = u64::MAX / 512;
+    let t = format!("0 0 {lba} 8 0\n");
+    let (v, _) = read("t.trace", &t, Format::DiskSim, Options::default());
+    let msg = v[0].as_ref().unwrap_err().to_string();
+    assert!(msg.starts_with("t.trace:1: lba + size overflows"), "{msg}");
+    // skip_bad skips it like any other malformed line.
+    let t = "1,hm,0,Write,0,4096,1\n2,hm,0,Write,18446744073709551615,1,1\n";
+    let (v, skipped) =
+        read("t.csv", t, Format::Msr, Options { skip_bad: true, ..Options::default() });
+    assert_eq!((v.len(), skipped), (1, 1));
+    // Detection still recognises the file, so the error names the line.
+    let lines = ["128166385295514663,hm,0,Write,18446744073709551615,4096,1"];
+    assert_eq!(detect(&lines), Some(Format::Msr));
+}
+
+#[test]
+fn a_short_msr_line_says_it_has_too_few_fields() {
+    for (line, fields) in [
+        ("128166385295514663,hm,0", 3),
+        ("128166385295514663,hm,0,Write", 4),
+        ("128166385295514663,hm,0,Write,4096", 5),
+        ("128166385295514663", 1),
+    ] {
+        let (v, _) = read("t.csv", &format!("{line}\n"), Format::Msr, Options::default());
+        let msg = v[0].as_ref().unwrap_err().to_string();
+        assert!(msg.starts_with(&format!("t.csv:1: too few fields: {fields} ")), "{msg}");
+    }
+}
+
+#[test]
+fn a_bad_line_among_good_ones_does_not_hide_the_format() {
+    let t = "128166385295514663,hm,0,Write,0,4096,1\n\
+             128166385295514664,hm,0,Write,4096,4096,1\n\
+             128166385295514665,hm,0,Write,abc,4096,1\n";
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(detect(&lines), Some(Format::Msr));
+    let (v, _) = read("t.csv", t, Format::Msr, Options::default());
+    assert_eq!(v[2].as_ref().unwrap_err().to_string(), "t.csv:3: Offset `abc` is not a number");
+    // A first line that is bad, and good ones after it, too.
+    let lines = ["128166385295514663,hm,0,Write,xyz,4096,1", lines[0], lines[1]];
+    assert_eq!(detect(&lines), Some(Format::Msr));
+    // Mostly garbage is still no format.
+    assert_eq!(detect(&["hello world", "what is this", "0 0 1 8 0"]), None);
+}
+
+#[test]
+fn a_file_no_line_of_which_is_in_the_chosen_format_is_an_error() {
+    let msr = "128166385295514663,hm,0,Write,0,4096,1\n128166385295514664,hm,0,Read,0,4096,1\n";
+    // blkparse skips lines that are not events, so an MSR file read as blkparse used to give
+    // zero requests and no error.
+    let (v, _) = read("t.csv", msr, Format::Blkparse, Options::default());
+    assert_eq!(v.len(), 1, "{v:?}");
+    let msg = v[0].as_ref().unwrap_err().to_string();
+    assert!(msg.starts_with("t.csv:1: no line reads as a blkparse trace"), "{msg}");
+    // With skip_bad every line is skipped: still an error, naming the first bad line.
+    let (v, skipped) =
+        read("t.csv", msr, Format::Fiu, Options { skip_bad: true, ..Options::default() });
+    assert_eq!(skipped, 2);
+    let msg = v.last().unwrap().as_ref().unwrap_err().to_string();
+    assert!(
+        msg.starts_with("t.csv:1: no line reads as a fiu trace (2 malformed lines skipped)"),
+        "{msg}"
+    );
+    // Without it, the first line's error says which format it was read as.
+    let (v, _) = read("t.csv", msr, Format::DiskSim, Options::default());
+    let msg = v[0].as_ref().unwrap_err().to_string();
+    assert!(msg.starts_with("t.csv:1: ") && msg.contains("reading the file as disksim"), "{msg}");
+    // An empty file, a header alone, and blkparse output with events but none replayed
+    // (completions only) are no error.
+    for (text, f) in [
+        ("", Format::Blkparse),
+        ("Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime\n", Format::Msr),
+        ("8,0 0 4 0.4 1 C W 100 + 8 [0]\nCPU0 (8,0):\n", Format::Blkparse),
+    ] {
+        let (v, _) = read("t", text, f, Options::default());
+        assert!(v.is_empty(), "{f}: {v:?}");
+    }
+}
+
+#[test]
+fn a_record_larger_than_a_gib_is_rejected_naming_the_field() {
+    // Found by fuzzing: one Alibaba line of 10^15 bytes made `trace stats` account 2^38 pages
+    // (minutes, gigabytes). Sizes past 1 GiB are misread fields, not requests.
+    let t = "4,W,0,1073741824,1577808000000071\n4,W,0,1073741825,1577808000000072\n";
+    let (v, _) = read("t.csv", t, Format::Alibaba, Options::default());
+    assert_eq!(v[0].as_ref().unwrap().size_bytes, flashrig_trace::formats::MAX_REQUEST_BYTES);
+    let msg = v[1].as_ref().unwrap_err().to_string();
+    assert!(msg.starts_with("t.csv:2: length gives a request of 1073741825 bytes"), "{msg}");
+    // In sectors too, and skipped like any malformed line with skip_bad.
+    let t = "0 0 0 2097153 0\n0 0 0 8 0\n";
+    let (v, skipped) =
+        read("t.trace", t, Format::DiskSim, Options { skip_bad: true, ..Options::default() });
+    assert_eq!((v.len(), skipped), (1, 1));
 }

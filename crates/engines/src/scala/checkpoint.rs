@@ -160,11 +160,14 @@ impl Inner {
         let ios = copies.iter().map(|&i| {
             let dev = members[i].clone();
             let b = &buf;
-            async move { (i, dev.write(lba, b, None, WriteHints::NONE).await) }
+            async move {
+                let r = dev.write(lba, b, None, WriteHints::NONE).await;
+                (i, dev, r)
+            }
         });
-        for (i, r) in join_all(ios).await {
+        for (i, dev, r) in join_all(ios).await {
             if let Err(e) = r {
-                self.member_error(i, e)?;
+                self.member_error(i, &dev, e)?;
             }
         }
         self.flush_members().await?;

@@ -49,13 +49,16 @@ impl Inner {
                     chunk_blocks: g.chunk_blocks as u32,
                     ptype: ParityType::Row { index: i as u8, data_chunks: g.k as u8 },
                 };
-                async move { (p, dev.vendor(VendorCommand::Convert(cmd)).await) }
+                async move {
+                    let r = dev.vendor(VendorCommand::Convert(cmd)).await;
+                    (p, dev, r)
+                }
             });
             self.opts.costs.charge_member_ios(g.m as u64).await;
-            for (p, r) in join_all(cmds).await {
+            for (p, dev, r) in join_all(cmds).await {
                 self.c.convert_commands.inc();
                 if let Err(e) = r {
-                    self.member_error(p, e)?;
+                    self.member_error(p, &dev, e)?;
                 }
             }
         } else {
@@ -76,11 +79,14 @@ impl Inner {
                 let dev = members[p].clone();
                 let lba = g.vh_lba(vhs[i], 0);
                 let n = g.stripe_blocks();
-                async move { (p, if self.is_failed(p) { Ok(()) } else { dev.trim(lba, n).await }) }
+                async move {
+                    let r = if self.is_failed(p) { Ok(()) } else { dev.trim(lba, n).await };
+                    (p, dev, r)
+                }
             });
-            for (p, r) in join_all(trims).await {
+            for (p, dev, r) in join_all(trims).await {
                 if let Err(e) = r {
-                    self.member_error(p, e)?;
+                    self.member_error(p, &dev, e)?;
                 }
             }
         }
@@ -165,12 +171,15 @@ impl Inner {
             .map(|(i, p)| {
                 let dev = members[p].clone();
                 let (d, md) = (&parity[i], &pmd[i]);
-                async move { (p, dev.write(g.hh_lba(s), d, Some(md), WriteHints::NONE).await) }
+                async move {
+                    let r = dev.write(g.hh_lba(s), d, Some(md), WriteHints::NONE).await;
+                    (p, dev, r)
+                }
             });
-        for (p, r) in join_all(ios).await {
+        for (p, dev, r) in join_all(ios).await {
             self.c.member_write_bytes.add(parity[0].len() as u64);
             if let Err(e) = r {
-                self.member_error(p, e)?;
+                self.member_error(p, &dev, e)?;
             }
         }
         Ok(())

@@ -2,8 +2,10 @@
 //! converted stripes; GC packs the valid blocks of the emptiest stripes into a fresh HH as a
 //! full stripe (data and host-computed parity, no replication: the stripe is complete), moves
 //! their mappings with a compare-and-swap (a block overwritten meanwhile keeps its new place),
-//! trims the drained HHs and recycles them at the next checkpoint. Moved blocks keep their
-//! timestamps, so recovery treats the old and new copies as the same version.
+//! trims the drained HHs once a member flush has made durable both the copies and the user
+//! writes that left the rest of the victims invalid, and recycles them at the next checkpoint.
+//! Moved blocks keep their timestamps, so recovery treats the old and new copies as the same
+//! version.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -34,8 +36,9 @@ struct Dest {
     data: Vec<Vec<u8>>,
     mds: Vec<Vec<u8>>,
     moved: Vec<Live>,
-    /// Victims whose live blocks are all in destination stripes written since the last
-    /// member flush: recycled (trimmed) by [`Inner::settle`] after the next one.
+    /// Victims drained since the last member flush (their live blocks all in destination
+    /// stripes written so far, or none left): recycled (trimmed) by [`Inner::settle`] after
+    /// the next one, which makes both the copies and the overwrites that emptied them durable.
     unflushed: Vec<u64>,
     /// Destination stripes written since the last member flush.
     unflushed_stripes: usize,
@@ -71,16 +74,18 @@ impl Inner {
             self.t.set_state(v, state::VICTIM);
             self.drain_victim(v, &mut dest, &mut drained).await?;
             if dest.moved.is_empty() {
-                // Everything the drained victims held is written elsewhere already; durably
-                // unless some of it went into a destination not flushed yet.
-                if dest.unflushed_stripes == 0 {
-                    let members = self.members.read().clone();
-                    for v in std::mem::take(&mut drained) {
-                        self.recycle(v, &members).await?;
-                    }
-                } else {
-                    dest.unflushed.append(&mut drained);
-                }
+                // What the drained victims still held valid is in destination stripes
+                // written so far. The victims wait for the next member flush (`settle`) even
+                // when no destination does: a block of a victim that was not valid any more
+                // was overwritten (or trimmed) in the AMT, but the user write that overwrote
+                // it may still be in the members' write caches, and the newest durable
+                // checkpoint may still map the block's flushed version into the victim.
+                // Trimming the victim before that write is durable lets a power cut keep the
+                // trim and lose the write, and recovery then reads zeros where a flushed
+                // version was. A write maps its blocks only once its copies completed on the
+                // members, and GC saw the block invalid (or its remap failed) after that, so
+                // the flush that `settle` issues later makes the write durable.
+                dest.unflushed.append(&mut drained);
             }
         }
         if !dest.moved.is_empty() {
@@ -92,7 +97,10 @@ impl Inner {
     }
 
     /// Makes the destination stripes written so far durable (one member flush), then trims
-    /// and recycles the victims they emptied.
+    /// and recycles the victims drained so far: the flush also makes durable the user writes
+    /// that overwrote the victims' invalid blocks (they were mapped before the victims were
+    /// drained), so no trim of a victim can outlive, in a power cut, the write that made it
+    /// garbage.
     async fn settle(self: &Arc<Self>, dest: &mut Dest) -> DevResult<()> {
         if dest.unflushed_stripes == 0 && dest.unflushed.is_empty() {
             return Ok(());
@@ -208,14 +216,15 @@ impl Inner {
             let (d, md) = (&dest.data[j], &dest.mds[j]);
             async move {
                 if self.is_failed(mem) {
-                    return (mem, Ok(()));
+                    return (mem, dev, Ok(()));
                 }
-                (mem, dev.write(g.hh_lba(dst), d, Some(md), WriteHints::NONE).await)
+                let r = dev.write(g.hh_lba(dst), d, Some(md), WriteHints::NONE).await;
+                (mem, dev, r)
             }
         });
-        for (mem, r) in join_all(ios).await {
+        for (mem, dev, r) in join_all(ios).await {
             if let Err(e) = r {
-                self.member_error(mem, e)?;
+                self.member_error(mem, &dev, e)?;
             }
         }
         self.write_parity_chunks(dst, &parity, &pmd, None).await?;
@@ -255,11 +264,14 @@ impl Inner {
         }
         let trims = (0..g.n).filter(|&i| !self.is_failed(i)).map(|i| {
             let dev = members[i].clone();
-            async move { (i, dev.trim(g.hh_lba(v), g.chunk_blocks).await) }
+            async move {
+                let r = dev.trim(g.hh_lba(v), g.chunk_blocks).await;
+                (i, dev, r)
+            }
         });
-        for (i, r) in join_all(trims).await {
+        for (i, dev, r) in join_all(trims).await {
             if let Err(e) = r {
-                self.member_error(i, e)?;
+                self.member_error(i, &dev, e)?;
             }
         }
         for afa in g.afa(v, 0, 0)..g.afa(v, 0, 0) + g.stripe_blocks() as u32 {

@@ -143,7 +143,7 @@ impl Inner {
             let dev = self.member(primary);
             match dev.read(g.hh_lba(s) + off, buf, md.as_deref_mut()).await {
                 Ok(()) => return Ok(()),
-                Err(e) => self.member_error(primary, e)?,
+                Err(e) => self.member_error(primary, &dev, e)?,
             }
         }
         self.c.degraded_reads.inc();
@@ -172,7 +172,7 @@ impl Inner {
                         from_backup = Some((i, v));
                         break;
                     }
-                    Err(e) => self.member_error(p, e)?,
+                    Err(e) => self.member_error(p, &dev, e)?,
                 }
             }
             let Some((i, v)) = from_backup else {
@@ -216,13 +216,14 @@ impl Inner {
             }
             let mut d = vec![0u8; buf.len()];
             let mut mdv = vec![0u8; blocks * mdb];
-            match self.member(mem).read(g.hh_lba(s) + off, &mut d, Some(&mut mdv)).await {
+            let dev = self.member(mem);
+            match dev.read(g.hh_lba(s) + off, &mut d, Some(&mut mdv)).await {
                 Ok(()) => {
                     data[x] = Some(d);
                     mds[x] = Some(mdv);
                     have += 1;
                 }
-                Err(e) => self.member_error(mem, e)?,
+                Err(e) => self.member_error(mem, &dev, e)?,
             }
         }
         if have < k {

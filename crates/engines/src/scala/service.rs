@@ -27,7 +27,7 @@
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 
-use flashrig_blockdev::DevResult;
+use flashrig_blockdev::{DevError, DevResult};
 use flashrig_runtime::{now_ns, sleep_until_ns, spawn, spawn_on};
 use futures_util::future::{join_all, select};
 
@@ -119,6 +119,9 @@ impl Inner {
         loop {
             // Listen before looking, so that a kick while we look is not lost.
             let listener = self.sm_event.listen();
+            if self.stopped() {
+                break;
+            }
             if self.full_waiting() {
                 self.collect_full().await;
             }
@@ -251,6 +254,11 @@ impl Inner {
             let listener = self.vh_event.listen();
             if done(self) {
                 return Ok(());
+            }
+            if self.stopped() {
+                return Err(DevError::DeviceFailed {
+                    name: format!("{}: the array was dropped", self.info.name),
+                });
             }
             let settled = {
                 let mgr = self.mgr.lock();

@@ -491,11 +491,14 @@ impl Inner {
         let members = self.members.read().clone();
         let futs = members.iter().enumerate().filter(|(i, _)| !self.is_failed(*i)).map(|(i, d)| {
             let d = d.clone();
-            async move { (i, d.flush().await) }
+            async move {
+                let r = d.flush().await;
+                (i, d, r)
+            }
         });
-        for (i, r) in join_all(futs).await {
+        for (i, d, r) in join_all(futs).await {
             if let Err(e) = r {
-                self.member_error(i, e)?;
+                self.member_error(i, &d, e)?;
             }
         }
         Ok(())

@@ -196,16 +196,19 @@ impl Inner {
         self.opts.costs.charge_member_ios(futs.len() as u64).await;
         let ios = futs.iter().filter(|f| !self.is_failed(f.0)).map(|&(mem, mlba, d, md, h)| {
             let dev = members[mem].clone();
-            async move { (mem, dev.write(mlba, d, Some(md), h).await) }
+            async move {
+                let r = dev.write(mlba, d, Some(md), h).await;
+                (mem, dev, r)
+            }
         });
         let results = join_all(ios).await;
         let mut written = 0;
         let mut first_err = None;
-        for (mem, r) in results {
+        for (mem, dev, r) in results {
             match r {
                 Ok(()) => written += 1,
                 Err(e) => {
-                    if let Err(e) = self.member_error(mem, e.clone()) {
+                    if let Err(e) = self.member_error(mem, &dev, e.clone()) {
                         first_err.get_or_insert(e);
                     }
                 }
@@ -274,11 +277,14 @@ impl Inner {
         let ios = (0..self.geo.n).filter(|&i| !self.is_failed(i)).map(|i| {
             let dev = members[i].clone();
             let b = &block;
-            async move { (i, dev.write(jlba, b, None, WriteHints::NONE).await) }
+            async move {
+                let r = dev.write(jlba, b, None, WriteHints::NONE).await;
+                (i, dev, r)
+            }
         });
-        for (i, r) in join_all(ios).await {
+        for (i, dev, r) in join_all(ios).await {
             if let Err(e) = r {
-                self.member_error(i, e)?;
+                self.member_error(i, &dev, e)?;
             }
         }
         if (pos + 1).saturating_sub(self.journal_ckpt_pos.load(Relaxed))

@@ -88,6 +88,11 @@ pub struct TwophaseOptions {
     /// Background conversion tasks; `None`: one per reactor (FusionRAID's kernel worker
     /// threads, each competing with one core's user I/O).
     pub convert_workers: Option<usize>,
+    /// A planted bug, for proving that the reliability swarm catches one (crates/swarm): the
+    /// engine's flushes skip this member, so writes it acknowledged as flushed may be lost.
+    /// Never set outside that test.
+    #[doc(hidden)]
+    pub planted_skip_flush_member: Option<usize>,
 }
 
 impl TwophaseOptions {
@@ -103,6 +108,7 @@ impl TwophaseOptions {
             costs: Arc::new(HostCosts::default()),
             lock: None,
             convert_workers: None,
+            planted_skip_flush_member: None,
         }
     }
 }
@@ -147,6 +153,7 @@ pub(crate) struct Inner {
     /// Data and parity buffers of the stripes being written, reused from stripe to stripe.
     bufs: BufPool,
     convert_workers: Option<usize>,
+    planted_skip_flush_member: Option<usize>,
     costs: Arc<HostCosts>,
     lock: Option<Arc<SharedLockModel>>,
     metrics: Arc<Registry>,
@@ -391,6 +398,7 @@ impl Inner {
             // (conversion tasks, GC) and a few more.
             bufs: BufPool::new((m + 1) * 8),
             convert_workers: opts.convert_workers,
+            planted_skip_flush_member: opts.planted_skip_flush_member,
             costs: opts.costs,
             lock: opts.lock,
             metrics,
@@ -527,7 +535,9 @@ impl Inner {
         let futs = members.iter().enumerate().map(|(i, d)| {
             let inc = incs[i];
             async move {
-                if self.failed[i].load(Ordering::Acquire) {
+                if self.failed[i].load(Ordering::Acquire)
+                    || self.planted_skip_flush_member == Some(i)
+                {
                     return Ok(());
                 }
                 match d.flush().await {

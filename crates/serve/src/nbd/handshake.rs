@@ -12,10 +12,15 @@ use super::io::{InBuf, Sock};
 use super::proto::*;
 use super::ConnCtx;
 
-/// Option data larger than this closes the connection: a real option is a few strings of at
-/// most 4096 bytes, and the spec lets a server hang up on a client that looks like a denial of
-/// service rather than read gigabytes of option data.
-const MAX_OPTION_BYTES: u32 = 64 << 10;
+/// Option data larger than this is not read: a real option is a few strings of at most 4096
+/// bytes. Its data is discarded and the option answered NBD_REP_ERR_TOO_BIG, and negotiation
+/// goes on.
+pub const MAX_OPTION_BYTES: u32 = 64 << 10;
+
+/// Option data larger than this closes the connection after the NBD_REP_ERR_TOO_BIG reply:
+/// the spec lets a server hang up on a client that looks like a denial of service rather than
+/// read gigabytes of option data (the same bound as a write's payload skipped in transmission).
+pub const MAX_SKIPPED_OPTION_BYTES: u32 = 256 << 20;
 
 /// What the client and the server agreed on for the transmission phase.
 #[derive(Clone, Copy, Debug, Default)]
@@ -87,9 +92,23 @@ pub fn handshake(ctx: &ConnCtx, sock: &Sock, inb: &mut InBuf) -> io::Result<Opti
         let option = inb.read_u32(sock)?;
         let len = inb.read_u32(sock)?;
         if len > MAX_OPTION_BYTES {
-            return Err(refuse(format!(
-                "option {option} with {len} bytes of data (more than {MAX_OPTION_BYTES})"
-            )));
+            let msg =
+                format!("option {option} with {len} bytes of data (more than {MAX_OPTION_BYTES})");
+            if option == OPT_EXPORT_NAME || len > MAX_SKIPPED_OPTION_BYTES {
+                // EXPORT_NAME has no error reply (the spec says hang up); past the skip bound
+                // the client gets the reason, then the connection ends.
+                if option != OPT_EXPORT_NAME {
+                    out.clear();
+                    error_reply(&mut out, option, REP_ERR_TOO_BIG, &msg);
+                    let _ = sock.write_all(&out);
+                }
+                return Err(refuse(msg));
+            }
+            discard(sock, inb, len as usize)?;
+            out.clear();
+            error_reply(&mut out, option, REP_ERR_TOO_BIG, &msg);
+            sock.write_all(&out)?;
+            continue;
         }
         let mut data = vec![0u8; len as usize];
         inb.read_exact(sock, &mut data)?;
@@ -167,6 +186,19 @@ pub fn handshake(ctx: &ConnCtx, sock: &Sock, inb: &mut InBuf) -> io::Result<Opti
         }
         sock.write_all(&out)?;
     }
+}
+
+/// Reads and drops `n` bytes, through the buffer (no allocation of their size).
+fn discard(sock: &Sock, inb: &mut InBuf, mut n: usize) -> io::Result<()> {
+    while n > 0 {
+        if inb.buffered().is_empty() && inb.fill(sock)? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let take = inb.buffered().len().min(n);
+        inb.consume(take);
+        n -= take;
+    }
+    Ok(())
 }
 
 fn error_reply(out: &mut Vec<u8>, option: u32, kind: u32, msg: &str) {

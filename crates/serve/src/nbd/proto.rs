@@ -55,6 +55,7 @@ pub const REP_ERR_POLICY: u32 = REP_ERR + 2;
 pub const REP_ERR_INVALID: u32 = REP_ERR + 3;
 pub const REP_ERR_UNKNOWN: u32 = REP_ERR + 6;
 pub const REP_ERR_SHUTDOWN: u32 = REP_ERR + 7;
+pub const REP_ERR_TOO_BIG: u32 = REP_ERR + 9;
 
 // NBD_REP_INFO types.
 pub const INFO_EXPORT: u16 = 0;

@@ -141,6 +141,10 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
 /// media would hold them after a power cut; then runs the power-loss recovery above on them,
 /// and from then on writes the media through to the file. The first step, `load_image`, is
 /// logged before the five recovery steps.
+/// The largest sequence number an image may hold: recovery counts on from the largest it
+/// finds, and 2^63 leaves more room than a device could ever use.
+const MAX_IMAGE_SEQ: u64 = 1 << 63;
+
 pub(super) fn load_image(
     ftl: &mut PageMap,
     path: &std::path::Path,
@@ -152,7 +156,22 @@ pub(super) fn load_image(
     let per = ftl.layout.slots_per_page;
     let mut gens = vec![0u32; ftl.lines.len()];
     let (mut lines_with_data, mut slots) = (0u64, 0u64);
+    // What the image says is checked before it is used (each of these was a panic the
+    // fuzzers found, docs/fuzzing.md): units past the device's, sequence numbers that leave no
+    // room to count on, and a line generation that cannot be advanced.
+    let units = ftl.layout.logical_ius;
+    let corrupt = |what: String| format!("ssd image {}: {what}", path.display());
+    let check_seq = |seq: u64, at: &str| {
+        if seq > MAX_IMAGE_SEQ {
+            return Err(corrupt(format!("{at} has sequence number {seq}, past {MAX_IMAGE_SEQ}")));
+        }
+        Ok(())
+    };
     for (l, e) in loaded.lines.iter().enumerate() {
+        if e.generation == u32::MAX {
+            return Err(corrupt(format!("line {l} has generation {}, the largest", e.generation)));
+        }
+        check_seq(e.closed_seq, &format!("line {l}"))?;
         gens[l] = e.generation;
         let line = &mut ftl.lines[l];
         line.erase_count = e.erase_count;
@@ -173,6 +192,13 @@ pub(super) fn load_image(
                     path.display()
                 ));
             }
+            if r.lpn != NO_LPN && r.lpn as u64 >= units {
+                return Err(corrupt(format!(
+                    "line {l} slot {s} holds unit {}, past the device's {units} units",
+                    r.lpn
+                )));
+            }
+            check_seq(r.seq, &format!("line {l} slot {s}"))?;
             st.put(s, r.lpn, r.seq, r.flags, &IuImage::from_bytes(r.image));
             wp = wp.max(s + 1);
             slots += 1;
@@ -186,6 +212,12 @@ pub(super) fn load_image(
         lines_with_data += 1;
     }
     let trim_records = loaded.trims.len();
+    for &(lpn, seq) in &loaded.trims {
+        if lpn as u64 >= units {
+            return Err(corrupt(format!("a trim record names unit {lpn}, past {units} units")));
+        }
+        check_seq(seq, &format!("the trim record of unit {lpn}"))?;
+    }
     for (lpn, seq) in loaded.trims {
         let t = ftl.trims.entry(lpn).or_insert(seq);
         *t = (*t).max(seq);

@@ -12,7 +12,7 @@
 
 use super::*;
 
-const SHAPE: &str = "maj,min cpu seq time pid action rwbs sector + nsectors";
+pub(super) const SHAPE: &str = "maj,min cpu seq time pid action rwbs sector + nsectors";
 
 fn devnum(f: &[u8]) -> Option<(u32, u32)> {
     let p = f.iter().position(|&b| b == b',')?;
@@ -26,6 +26,7 @@ pub(super) fn parse(line: &[u8], st: &mut ParseState) -> Result<Option<Request>,
     let Some((maj, min)) = it.next().and_then(devnum) else {
         return Ok(None);
     };
+    st.blk_event_seen = true;
     let _cpu = parse_u64(need(it.next(), "cpu", SHAPE)?, "cpu")?;
     let _seq = parse_u64(need(it.next(), "seq", SHAPE)?, "seq")?;
     let t = parse_f64(need(it.next(), "time", SHAPE)?, "time")?;

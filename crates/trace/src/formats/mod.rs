@@ -53,6 +53,17 @@ impl Format {
         Format::Vscsi,
     ];
 
+    /// The fields that give a record's start and length, as errors name them.
+    fn extent_fields(self) -> (&'static str, &'static str) {
+        match self {
+            Format::Msr => ("Offset", "Size"),
+            Format::Fiu | Format::DiskSim | Format::Vscsi => ("lba", "size"),
+            Format::Spc => ("LBA", "Size"),
+            Format::Alibaba => ("offset", "length"),
+            Format::Blkparse => ("sector", "nsectors"),
+        }
+    }
+
     /// The `--format` name.
     pub fn name(self) -> &'static str {
         match self {
@@ -106,6 +117,9 @@ pub struct Options {
 pub(crate) struct ParseState {
     /// blkparse: the action letter (b'Q' or b'D') locked in by the first Q/D event seen.
     pub blk_action: Option<u8>,
+    /// blkparse: a line was an event (`maj,min cpu ...`), replayed or not; a file with none
+    /// is not blkparse output at all.
+    pub blk_event_seen: bool,
 }
 
 /// Parse one line (without its newline) of `format`.
@@ -137,6 +151,14 @@ pub struct Reader {
     buf: Vec<u8>,
     skipped: u64,
     done: bool,
+    /// Requests yielded so far.
+    requests: u64,
+    /// The first malformed line (number, problem), skipped or reported.
+    first_bad: Option<(u64, String)>,
+    /// The first line with content that yielded no request (a header, an event not replayed).
+    first_quiet: Option<u64>,
+    /// An error was already yielded: the end of the file adds none.
+    reported: bool,
 }
 
 impl Reader {
@@ -157,6 +179,10 @@ impl Reader {
             buf: Vec::with_capacity(256),
             skipped: 0,
             done: false,
+            requests: 0,
+            first_bad: None,
+            first_quiet: None,
+            reported: false,
         }
     }
 
@@ -174,6 +200,35 @@ impl Reader {
     pub fn format(&self) -> Format {
         self.format
     }
+
+    /// At the end of the file: an error when no line of it was a record of the format (a
+    /// wrong `--format`, or a file that is not a trace), naming the format and the first
+    /// line that is not one of its records. Lines skipped as malformed count as not.
+    fn end_of_file(&mut self) -> Option<TraceError> {
+        if self.requests > 0 || self.reported {
+            return None;
+        }
+        let format = self.format;
+        let (line, msg) = match self.first_bad.take() {
+            Some((line, msg)) => (
+                line,
+                format!(
+                    "no line reads as a {format} trace ({} malformed lines skipped); the first: \
+                     {msg}",
+                    self.skipped
+                ),
+            ),
+            None if format == Format::Blkparse && !self.state.blk_event_seen => (
+                self.first_quiet?,
+                format!(
+                    "no line reads as a {format} trace: none is a blkparse event ({})",
+                    blkparse::SHAPE
+                ),
+            ),
+            None => return None,
+        };
+        Some(TraceError::Parse { file: self.name.clone(), line, msg })
+    }
 }
 
 impl Iterator for Reader {
@@ -185,7 +240,7 @@ impl Iterator for Reader {
             match self.src.read_until(b'\n', &mut self.buf) {
                 Ok(0) => {
                     self.done = true;
-                    return None;
+                    return self.end_of_file().map(Err);
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -199,14 +254,40 @@ impl Iterator for Reader {
             while let [rest @ .., b'\n' | b'\r'] = line {
                 line = rest;
             }
-            match parse_line(self.format, line, &mut self.state, &self.opts) {
-                Ok(Some(r)) => return Some(Ok(r)),
-                Ok(None) => continue,
+            // A record whose end does not fit in 64 bits is malformed, not wrapped around, and
+            // so is one too large to be a request. (Not checked in `parse_line`, so that
+            // detection still recognises the file's format.)
+            let parsed =
+                parse_line(self.format, line, &mut self.state, &self.opts).and_then(|r| match &r {
+                    Some(req) => check_end(req, self.format.extent_fields()).map(|()| r),
+                    None => Ok(r),
+                });
+            match parsed {
+                Ok(Some(r)) => {
+                    self.requests += 1;
+                    return Some(Ok(r));
+                }
+                Ok(None) => {
+                    if self.first_quiet.is_none() && !is_blank(line) {
+                        self.first_quiet = Some(self.line_no);
+                    }
+                    continue;
+                }
                 Err(msg) => {
                     if self.opts.skip_bad {
                         self.skipped += 1;
+                        if self.first_bad.is_none() {
+                            self.first_bad = Some((self.line_no, msg));
+                        }
                         continue;
                     }
+                    // Before any record, the format itself may be wrong: say which was used.
+                    let msg = if self.requests == 0 {
+                        format!("{msg} (reading the file as {})", self.format)
+                    } else {
+                        msg
+                    };
+                    self.reported = true;
                     return Some(Err(TraceError::Parse {
                         file: self.name.clone(),
                         line: self.line_no,
@@ -258,24 +339,34 @@ pub fn detect_file(path: impl AsRef<Path>) -> Result<Option<Format>, TraceError>
 }
 
 /// Guess the format from a file's first lines: the first format (in [`Format::ALL`] order)
-/// that parses every given line without error and yields at least one request. Reduced MSR
+/// that parses every given line without error and yields at least one request; failing that,
+/// the format that reads the most of them as requests, as long as those are at least as many
+/// as the lines it cannot read. So a malformed line among good ones does not hide the format:
+/// reading then stops at that line with its own error (`file:line: problem`). Reduced MSR
 /// traces without sizes are recognised as `msr` (reading them still needs
 /// [`Options::assume_size_bytes`]).
 pub fn detect(first_lines: &[&str]) -> Option<Format> {
     let opts = Options { skip_bad: false, assume_size_bytes: Some(4096) };
-    Format::ALL.into_iter().find(|&f| {
+    let mut best: Option<(Format, usize)> = None;
+    for f in Format::ALL {
         let mut st = ParseState::default();
-        let mut records = 0;
+        let (mut records, mut bad) = (0, 0);
         for l in first_lines {
             let l = l.trim_end_matches(['\r', '\n']);
             match parse_line(f, l.as_bytes(), &mut st, &opts) {
                 Ok(Some(_)) => records += 1,
                 Ok(None) => {}
-                Err(_) => return false,
+                Err(_) => bad += 1,
             }
         }
-        records > 0
-    })
+        if records > 0 && bad == 0 {
+            return Some(f);
+        }
+        if records > 0 && records >= bad && best.is_none_or(|(_, most)| records > most) {
+            best = Some((f, records));
+        }
+    }
+    best.map(|(f, _)| f)
 }
 
 // ---- shared field helpers: byte-slice based so parsing never allocates on good lines ----
@@ -348,6 +439,33 @@ pub(crate) fn secs_to_ns(s: f64, what: &str) -> Result<u64, String> {
 /// `a * b` or an out-of-range error naming the field.
 pub(crate) fn mul(a: u64, b: u64, what: &str) -> Result<u64, String> {
     a.checked_mul(b).ok_or_else(|| format!("{what} `{a}` is out of range"))
+}
+
+/// The largest request a trace record may describe: 1 GiB. Block layers split I/O far smaller
+/// (Linux's `max_sectors_kb` and NVMe's MDTS allow a few MiB), so a larger size is a misread
+/// field (a timestamp read as a size, a file read in the wrong format) or a damaged line; and
+/// the statistics, which account every 4 KiB page a request touches, would spend minutes and
+/// gigabytes on one such line (found by fuzzing: a 40-byte trace stalled `trace stats`).
+pub const MAX_REQUEST_BYTES: u64 = 1 << 30;
+
+/// Rejects a request whose end, `offset + size` in bytes, does not fit in 64 bits (it would
+/// wrap around to the start of the device), or that is larger than [`MAX_REQUEST_BYTES`];
+/// `off` and `size` name the fields.
+fn check_end(r: &Request, (off, size): (&str, &str)) -> Result<(), String> {
+    if r.size_bytes > MAX_REQUEST_BYTES {
+        return Err(format!(
+            "{size} gives a request of {} bytes, more than the {MAX_REQUEST_BYTES} bytes (1 GiB) \
+             a trace record may describe",
+            r.size_bytes
+        ));
+    }
+    match r.offset_bytes.checked_add(r.size_bytes) {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "{off} + {size} overflows: a request at byte {} of {} bytes would end past 2^64 - 1",
+            r.offset_bytes, r.size_bytes
+        )),
+    }
 }
 
 /// Whitespace-separated fields.

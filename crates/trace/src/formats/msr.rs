@@ -33,13 +33,20 @@ pub(super) fn parse(line: &[u8], opts: &Options) -> Result<Option<Request>, Stri
     if is_blank(line) || trim(line).get(..9).is_some_and(|p| p.eq_ignore_ascii_case(b"timestamp")) {
         return Ok(None);
     }
+    // Counted first, so a short line is reported as short rather than as a bad field that
+    // happens to sit where another column was expected.
+    let fields = line.split(|&b| b == b',').count();
     let mut it = line.split(|&b| b == b',');
     let ts = need(it.next(), "Timestamp", SHAPE)?;
-    let f1 = need(it.next(), "Hostname", SHAPE)?;
-    let f2 = need(it.next(), "DiskNumber", SHAPE)?;
-    let Some(f3) = it.next() else {
+    if fields == 3 {
         // Reduced variant: timestamp,Type,Offset — no Size, no disk.
-        let write = parse_rw(f1, "Type")?;
+        let (f1, f2) = (need(it.next(), "Type", SHAPE)?, need(it.next(), "Offset", SHAPE)?);
+        let write = parse_rw(f1, "Type").map_err(|e| {
+            format!(
+                "too few fields: 3 ({SHAPE} has 6 or 7; a reduced trace's \
+                 Timestamp,Type,Offset has 3, but {e})"
+            )
+        })?;
         let offset_bytes = parse_u64(f2, "Offset")?;
         let Some(size_bytes) = opts.assume_size_bytes else {
             return Err(
@@ -55,15 +62,20 @@ pub(super) fn parse(line: &[u8], opts: &Options) -> Result<Option<Request>, Stri
             size_bytes,
             device: 0,
         }));
-    };
+    }
+    if fields < 6 {
+        return Err(format!("too few fields: {fields} (expected {SHAPE})"));
+    }
+    let _host = need(it.next(), "Hostname", SHAPE)?;
+    let f2 = need(it.next(), "DiskNumber", SHAPE)?;
+    let f3 = need(it.next(), "Type", SHAPE)?;
     let offset = need(it.next(), "Offset", SHAPE)?;
     let size = need(it.next(), "Size", SHAPE)?;
     // ResponseTime (and anything after it) is not part of the request; ignored.
-    Ok(Some(Request {
-        time_ns: timestamp(ts)?,
-        write: parse_rw(f3, "Type")?,
-        offset_bytes: parse_u64(offset, "Offset")?,
-        size_bytes: parse_u64(size, "Size")?,
-        device: parse_u32(f2, "DiskNumber")?,
-    }))
+    let time_ns = timestamp(ts)?;
+    let write = parse_rw(f3, "Type")?;
+    let offset_bytes = parse_u64(offset, "Offset")?;
+    let size_bytes = parse_u64(size, "Size")?;
+    let device = parse_u32(f2, "DiskNumber")?;
+    Ok(Some(Request { time_ns, write, offset_bytes, size_bytes, device }))
 }

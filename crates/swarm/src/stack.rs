@@ -1,0 +1,546 @@
+//! The stacks the swarm draws from, each declared as data (engine, geometry, members, what it
+//! promises), and the machinery to power them on, cut their power and open them again.
+//!
+//! Members are of two kinds. RAM members are [`Volatile`] caches over durable [`Store`]s: at
+//! a power cut each member hands back its unflushed blocks, and every *tear* of those (a seeded
+//! subset that reached the media) is a crash state of its own, checked by opening a fresh
+//! engine over copies of the media. SSD members are emulated SSDs that lose their write
+//! buffer at a power cut and rebuild their FTL from the media at power-on: one crash state per
+//! cut. Every member sits behind a [`Fuse`] on the stack's one power switch, and so does the
+//! stack's top, so nothing completes for the host after the cut.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use flashrig_blockdev::{DevError, DevRef, DevResult};
+use flashrig_check::{Fuse, Store, Trigger, Unflushed, Volatile};
+use flashrig_engines::raid::{Raid, RaidOptions, WriteMode};
+use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions};
+use flashrig_engines::twophase::{Twophase, TwophaseOptions};
+use flashrig_engines::{Concat, Stripe};
+use flashrig_runtime::HostCosts;
+use flashrig_ssd::config::{EvictorPolicy, SsdConfig};
+use flashrig_ssd::Ssd;
+use parking_lot::Mutex;
+
+/// Block size of RAM members.
+pub const RAM_BLOCK_BYTES: u32 = 4096;
+/// Metadata bytes per block of RAM members (what the redundant engines need for their
+/// block headers).
+pub const RAM_MD_BYTES: u32 = 16;
+
+/// The engine at the top of a stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// One emulated SSD alone, with a firmware variant.
+    Ssd(SsdVariant),
+    Stripe {
+        members: usize,
+    },
+    Concat {
+        members: usize,
+    },
+    Raid {
+        k: usize,
+        m: usize,
+        cache: bool,
+        full_stripe: bool,
+    },
+    Twophase {
+        k: usize,
+        m: usize,
+    },
+    /// `offload`: over emulated SSDs that convert; otherwise over RAM members, converting on
+    /// the host.
+    Scala {
+        k: usize,
+        m: usize,
+        offload: bool,
+    },
+}
+
+/// The firmware variants of the SSD-alone stacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SsdVariant {
+    /// `tiny`: page-mapped TLC, a small volatile write buffer.
+    Plain,
+    /// `tiny-slc`: an SLC cache in front of the dense area.
+    Slc,
+    /// 16 KiB mapping units under 4 KiB blocks (read-modify-write inside the SSD).
+    Coarse,
+    /// 512-byte sectors.
+    Sectors512,
+    /// A large write buffer with power-loss protection: every acknowledged write survives.
+    Plp,
+    /// Backed by an image file: a power cut is the process dying, and start-up reads the image.
+    Image,
+}
+
+/// A stack of the catalogue: its name (what `--stack` matches) and its engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StackSpec {
+    pub name: String,
+    pub engine: Engine,
+}
+
+/// What a stack promises, as data, so the swarm draws only faults the engine claims to survive
+/// and checks the stronger promise where one is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Promise {
+    /// Members whose loss it survives, rebuilding a replacement bit-exact.
+    pub failures_tolerated: usize,
+    /// A power cut loses nothing a completed flush covered, and recovery restores redundancy.
+    /// (`raid` keeps the RAID write hole: its data is crash consistent but a member lost after
+    /// a crash may reconstruct stale parity, so the swarm draws no loss after a cut for it.)
+    pub parity_crash_safe: bool,
+    /// Every acknowledged write survives a power cut (power-loss protection).
+    pub acked_is_durable: bool,
+    /// Whether recovery issues commands of its own (so a crash during recovery is possible).
+    pub recovery_writes: bool,
+}
+
+impl StackSpec {
+    pub fn promise(&self) -> Promise {
+        let (tolerated, parity_safe, recovery) = match self.engine {
+            Engine::Ssd(_) => (0, true, false),
+            Engine::Stripe { .. } | Engine::Concat { .. } => (0, true, false),
+            Engine::Raid { m, .. } => (m, false, false),
+            Engine::Twophase { m, .. } | Engine::Scala { m, .. } => (m, true, true),
+        };
+        Promise {
+            failures_tolerated: tolerated,
+            parity_crash_safe: parity_safe,
+            acked_is_durable: self.engine == Engine::Ssd(SsdVariant::Plp),
+            recovery_writes: recovery,
+        }
+    }
+
+    /// Members under the engine (1 for an SSD alone).
+    pub fn members(&self) -> usize {
+        match self.engine {
+            Engine::Ssd(_) => 1,
+            Engine::Stripe { members } | Engine::Concat { members } => members,
+            Engine::Raid { k, m, .. } | Engine::Twophase { k, m } | Engine::Scala { k, m, .. } => {
+                k + m
+            }
+        }
+    }
+
+    /// Chunk size in blocks (the unit the workload's largest command is scaled by).
+    pub fn chunk_blocks(&self) -> u64 {
+        match self.engine {
+            Engine::Ssd(_) | Engine::Concat { .. } => 4,
+            Engine::Stripe { .. } | Engine::Raid { .. } | Engine::Twophase { .. } => 4,
+            Engine::Scala { .. } => 2,
+        }
+    }
+
+    /// Data blocks per stripe (commands of full-stripe `raid` are multiples of it).
+    pub fn stripe_data_blocks(&self) -> u64 {
+        match self.engine {
+            Engine::Raid { k, .. } | Engine::Twophase { k, .. } | Engine::Scala { k, .. } => {
+                k as u64 * self.chunk_blocks()
+            }
+            Engine::Stripe { members } => members as u64 * self.chunk_blocks(),
+            _ => self.chunk_blocks(),
+        }
+    }
+
+    /// Blocks per RAM member (engines with a transient area or a log need more room).
+    fn ram_member_blocks(&self) -> u64 {
+        match self.engine {
+            Engine::Scala { .. } => 2048,
+            Engine::Twophase { .. } => 256,
+            _ => 512,
+        }
+    }
+
+    fn on_ssds(&self) -> bool {
+        matches!(self.engine, Engine::Ssd(_) | Engine::Scala { offload: true, .. })
+    }
+}
+
+/// Every stack the swarm draws from.
+pub fn catalogue() -> Vec<StackSpec> {
+    use Engine::*;
+    let mut v = Vec::new();
+    let mut add = |name: &str, engine| v.push(StackSpec { name: name.to_string(), engine });
+    add("ssd:plain", Ssd(SsdVariant::Plain));
+    add("ssd:slc", Ssd(SsdVariant::Slc));
+    add("ssd:coarse", Ssd(SsdVariant::Coarse));
+    add("ssd:512", Ssd(SsdVariant::Sectors512));
+    add("ssd:plp", Ssd(SsdVariant::Plp));
+    add("ssd:image", Ssd(SsdVariant::Image));
+    add("stripe:3", Stripe { members: 3 });
+    add("concat:3", Concat { members: 3 });
+    for (k, m) in [(4, 1), (6, 2)] {
+        for (cache, full) in [(false, false), (true, false), (false, true)] {
+            let name = format!(
+                "raid:{k}+{m}{}{}",
+                if cache { ":cache" } else { "" },
+                if full { ":full-stripe" } else { "" }
+            );
+            add(&name, Raid { k, m, cache, full_stripe: full });
+        }
+    }
+    for (k, m) in [(2, 1), (4, 1), (4, 2)] {
+        add(&format!("twophase:{k}+{m}"), Twophase { k, m });
+    }
+    for (k, m) in [(2, 1), (4, 2)] {
+        add(&format!("scala:{k}+{m}:offload"), Scala { k, m, offload: true });
+    }
+    for (k, m) in [(2, 1), (4, 1)] {
+        add(&format!("scala:{k}+{m}:host"), Scala { k, m, offload: false });
+    }
+    v
+}
+
+/// The SSD of a stack's members (or of the stack, alone).
+fn ssd_config(spec: &StackSpec, image: Option<&std::path::Path>) -> SsdConfig {
+    let mut cfg;
+    match spec.engine {
+        Engine::Scala { .. } => {
+            // `tiny-slc` cut down to 6 MiB, with the conversion command and the transient-aware
+            // evictor (as the scala crash tests use it).
+            cfg = SsdConfig::preset("tiny-slc").expect("preset");
+            cfg.geometry.pages_per_block = 24;
+            cfg.geometry.blocks_per_plane = 32;
+            cfg.firmware.slc_cache_bytes = 1 << 20;
+            cfg.firmware.over_provisioning_percent = 50.0;
+            cfg.firmware.vendor_convert = true;
+            cfg.firmware.slc_evictor = EvictorPolicy::Transient;
+            cfg.firmware.plp = false;
+        }
+        Engine::Ssd(variant) => {
+            let preset = if variant == SsdVariant::Slc { "tiny-slc" } else { "tiny" };
+            cfg = SsdConfig::preset(preset).expect("preset");
+            match variant {
+                SsdVariant::Coarse => cfg.firmware.iu_bytes = 16384,
+                SsdVariant::Sectors512 => {
+                    cfg.firmware.block_bytes = 512;
+                    cfg.geometry.oob_bytes_per_page = 256;
+                }
+                SsdVariant::Plp => {
+                    cfg.firmware.plp = true;
+                    cfg.firmware.buffer_bytes = 16 << 20;
+                    cfg.firmware.host_mb_per_s = 3000.0;
+                }
+                SsdVariant::Image => cfg.backing = image.map(|p| p.to_path_buf()),
+                SsdVariant::Plain | SsdVariant::Slc => {}
+            }
+        }
+        _ => unreachable!("only SSD stacks have SSD members"),
+    }
+    cfg.validate().expect("a valid swarm SSD configuration");
+    cfg
+}
+
+/// A running engine over fused members, and the handles the swarm drives it with.
+#[derive(Clone)]
+pub enum Instance {
+    /// A device without recovery of its own (an SSD alone, stripe, concat).
+    Plain(DevRef),
+    Raid(Arc<Raid>),
+    Twophase(Arc<Twophase>),
+    Scala(Arc<Scala>),
+}
+
+impl Instance {
+    pub fn dev(&self) -> DevRef {
+        match self {
+            Instance::Plain(d) => d.clone(),
+            Instance::Raid(r) => r.clone(),
+            Instance::Twophase(t) => t.clone(),
+            Instance::Scala(s) => s.clone(),
+        }
+    }
+
+    /// A token that dies once the engine's state is freed (engines with background tasks).
+    pub fn liveness(&self) -> Option<std::sync::Weak<()>> {
+        match self {
+            Instance::Scala(s) => Some(s.liveness()),
+            _ => None,
+        }
+    }
+
+    /// Tells the engine member `slot` is gone (as an operator would after pulling it), so a
+    /// rebuild can start before the engine has tried the member itself.
+    pub fn fail_member(&self, slot: usize) {
+        match self {
+            Instance::Raid(r) => r.fail_member(slot),
+            Instance::Twophase(t) => t.fail_member(slot),
+            Instance::Scala(s) => s.fail_member(slot),
+            Instance::Plain(_) => {}
+        }
+    }
+
+    /// Replaces member `slot` with `replacement` and rebuilds it.
+    pub async fn rebuild(&self, slot: usize, replacement: DevRef) -> DevResult<()> {
+        match self {
+            Instance::Raid(r) => r.rebuild(slot, replacement).await,
+            Instance::Twophase(t) => t.rebuild(slot, replacement).await,
+            Instance::Scala(s) => s.rebuild(slot, replacement).await,
+            Instance::Plain(_) => Err(DevError::Unsupported { command: "rebuild" }),
+        }
+    }
+}
+
+/// The members of one stack across power cycles: their durable side, the live devices of the
+/// current power-on, and the power switch their fuses share.
+pub struct Members {
+    pub spec: StackSpec,
+    stores: Mutex<Vec<Store>>,
+    ssds: Mutex<Vec<Arc<Ssd>>>,
+    /// The live RAM members of this power-on.
+    live: Mutex<Vec<Arc<Volatile>>>,
+    /// The member fuses of this power-on.
+    fuses: Mutex<Vec<Arc<Fuse>>>,
+    power: Mutex<Arc<AtomicBool>>,
+    ssd_cfg: Option<SsdConfig>,
+    /// Holds the image file of an image-backed SSD.
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// The durable side of every member at a power cut, before any tear.
+pub struct CrashImage {
+    media: Vec<Store>,
+    unflushed: Vec<Unflushed>,
+}
+
+impl CrashImage {
+    /// Unflushed blocks whose fate the cut left open, over all members.
+    pub fn open_blocks(&self) -> usize {
+        self.unflushed.iter().map(Unflushed::len).sum()
+    }
+}
+
+impl Members {
+    pub fn new(spec: &StackSpec) -> Result<Members, String> {
+        let n = spec.members();
+        let dir = match spec.engine {
+            Engine::Ssd(SsdVariant::Image) => {
+                // In memory where the machine has a tmpfs: the image's syncs at every flush cost
+                // a disk's latency otherwise, and the crash is the process dying, which the page
+                // cache survives either way.
+                let shm = std::path::Path::new("/dev/shm");
+                let dir =
+                    if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() };
+                Some(dir.map_err(|e| format!("a folder for the image: {e}"))?)
+            }
+            _ => None,
+        };
+        let image = dir.as_ref().map(|d| d.path().join("ssd.img"));
+        let ssd_cfg = spec.on_ssds().then(|| ssd_config(spec, image.as_deref()));
+        let ssds = match &ssd_cfg {
+            Some(cfg) => (0..n)
+                .map(|i| Ssd::new(&format!("ssd{i}"), cfg).map(Arc::new))
+                .collect::<Result<Vec<_>, _>>()?,
+            None => Vec::new(),
+        };
+        // One store per member (`vec![Store::default(); n]` would share one among all).
+        let stores: Vec<Store> =
+            if spec.on_ssds() { Vec::new() } else { (0..n).map(|_| Store::default()).collect() };
+        Ok(Members {
+            spec: spec.clone(),
+            stores: Mutex::new(stores),
+            ssds: Mutex::new(ssds),
+            live: Mutex::default(),
+            fuses: Mutex::default(),
+            power: Mutex::new(Arc::new(AtomicBool::new(true))),
+            ssd_cfg,
+            _dir: dir,
+        })
+    }
+
+    /// Whether the members are emulated SSDs.
+    pub fn on_ssds(&self) -> bool {
+        self.spec.on_ssds()
+    }
+
+    /// Powers the members on (SSDs recover from their media) behind fresh fuses on a fresh
+    /// power switch whose completions `trigger` counts; returns the fused members.
+    pub fn power_on(&self, trigger: Option<Arc<Trigger>>) -> Vec<DevRef> {
+        let power = Arc::new(AtomicBool::new(true));
+        *self.power.lock() = power.clone();
+        let below: Vec<DevRef> = if self.on_ssds() {
+            self.ssds.lock().iter().map(|s| s.clone() as DevRef).collect()
+        } else {
+            let n = self.spec.ram_member_blocks();
+            let vols: Vec<Arc<Volatile>> = self
+                .stores
+                .lock()
+                .iter()
+                .enumerate()
+                .map(|(i, st)| {
+                    Arc::new(Volatile::new(
+                        &format!("vol{i}"),
+                        RAM_BLOCK_BYTES,
+                        n,
+                        RAM_MD_BYTES,
+                        st.clone(),
+                    ))
+                })
+                .collect();
+            *self.live.lock() = vols.clone();
+            vols.into_iter().map(|v| v as DevRef).collect()
+        };
+        let fuses: Vec<Arc<Fuse>> = below
+            .into_iter()
+            .map(|d| Arc::new(Fuse::new(d, power.clone(), trigger.clone())))
+            .collect();
+        *self.fuses.lock() = fuses.clone();
+        fuses.into_iter().map(|f| f as DevRef).collect()
+    }
+
+    /// The power switch of this power-on (the stack's top fuse shares it).
+    pub fn power(&self) -> Arc<AtomicBool> {
+        self.power.lock().clone()
+    }
+
+    /// Cuts power to every member at this instant. SSDs lose their volatile state now; RAM
+    /// members hand back their caches, to be torn by [`Members::restore`].
+    pub fn power_cut(&self) -> Option<CrashImage> {
+        self.power.lock().store(false, Ordering::SeqCst);
+        if self.on_ssds() {
+            for s in self.ssds.lock().iter() {
+                s.power_fail();
+            }
+            // An image-backed SSD: the process died; start-up reads the image file.
+            if let (Engine::Ssd(SsdVariant::Image), Some(cfg)) = (self.spec.engine, &self.ssd_cfg) {
+                let mut ssds = self.ssds.lock();
+                ssds.clear();
+                ssds.push(Arc::new(
+                    Ssd::new("ssd0", cfg).expect("the SSD restarts from its image"),
+                ));
+            }
+            return None;
+        }
+        let unflushed = self.live.lock().iter().map(|v| v.power_cut()).collect();
+        let media = self.stores.lock().clone();
+        Some(CrashImage { media, unflushed })
+    }
+
+    /// Before power-on after a cut: SSDs recover (image-backed ones started from the file);
+    /// RAM members get copies of their media with `percent`% of the unflushed blocks landed
+    /// (coin seeded by `seed`). Returns the blocks that landed.
+    pub fn restore(&self, image: Option<&CrashImage>, seed: u64, percent: u8) -> usize {
+        if self.on_ssds() {
+            if self.spec.engine != Engine::Ssd(SsdVariant::Image) {
+                for s in self.ssds.lock().iter() {
+                    s.power_on();
+                }
+            }
+            return 0;
+        }
+        let image = image.expect("RAM members leave a crash image");
+        let mut landed = 0;
+        let mut stores = self.stores.lock();
+        for (i, (media, lost)) in image.media.iter().zip(&image.unflushed).enumerate() {
+            let copy = media.copy();
+            landed += lost.tear(&copy, seed.wrapping_mul(31).wrapping_add(i as u64), percent);
+            stores[i] = copy;
+        }
+        landed
+    }
+
+    /// Pulls member `i` like a drive.
+    pub fn pull(&self, i: usize) {
+        self.fuses.lock()[i].pull();
+    }
+
+    /// A blank member to rebuild slot `i` onto (it becomes slot `i`'s durable side), behind a
+    /// fuse on the current power switch.
+    pub fn replacement(&self, i: usize, trigger: Option<Arc<Trigger>>) -> DevRef {
+        let below: DevRef = if self.on_ssds() {
+            let cfg = self.ssd_cfg.as_ref().expect("SSD members have a configuration");
+            let s = Arc::new(Ssd::new(&format!("ssd{i}r"), cfg).expect("a replacement SSD"));
+            self.ssds.lock()[i] = s.clone();
+            s
+        } else {
+            let st = Store::default();
+            self.stores.lock()[i] = st.clone();
+            let v = Arc::new(Volatile::new(
+                &format!("vol{i}r"),
+                RAM_BLOCK_BYTES,
+                self.spec.ram_member_blocks(),
+                RAM_MD_BYTES,
+                st,
+            ));
+            self.live.lock()[i] = v.clone();
+            v
+        };
+        let f = Arc::new(Fuse::new(below, self.power(), trigger));
+        self.fuses.lock()[i] = f.clone();
+        f
+    }
+}
+
+fn scala_options(k: usize, m: usize, reactors: usize, offload: bool) -> ScalaOptions {
+    ScalaOptions {
+        chunk_blocks: 2,
+        conversion: if offload { ConversionMode::Ssd } else { ConversionMode::Host },
+        transient_blocks_per_member: Some((reactors as u64 + 1) * k as u64 * 2),
+        grant_heroes: 1024,
+        window_heroes: Some(32),
+        idle_ns: 200_000,
+        ..ScalaOptions::new(k, m)
+    }
+}
+
+fn twophase_options(k: usize, m: usize, planted_bug: bool) -> TwophaseOptions {
+    TwophaseOptions {
+        planted_skip_flush_member: planted_bug.then_some(k + m - 1),
+        chunk_blocks: 4,
+        watermark_fraction: 0.02,
+        low_watermark_fraction: 0.01,
+        ..TwophaseOptions::new(k, m)
+    }
+}
+
+/// Builds the engine over `members`: formatted anew (`fresh`) or opened from what the
+/// members hold (recovery); `planted_bug` plants the swarm's test bug in `twophase`.
+pub async fn start(
+    spec: &StackSpec,
+    members: Vec<DevRef>,
+    reactors: usize,
+    fresh: bool,
+    planted_bug: bool,
+) -> DevResult<Instance> {
+    Ok(match spec.engine {
+        Engine::Ssd(_) => Instance::Plain(members[0].clone()),
+        Engine::Stripe { .. } => {
+            Instance::Plain(Arc::new(Stripe::new("stripe", members, spec.chunk_blocks())?))
+        }
+        Engine::Concat { .. } => Instance::Plain(Arc::new(Concat::new("concat", members)?)),
+        Engine::Raid { k, m, cache, full_stripe } => {
+            let opt = RaidOptions {
+                k,
+                m,
+                chunk_blocks: spec.chunk_blocks(),
+                write_mode: if full_stripe { WriteMode::FullStripeOnly } else { WriteMode::Any },
+                cache_stripes: if cache { 8 } else { 0 },
+                costs: Arc::new(HostCosts::default()),
+                lock_model: None,
+            };
+            Instance::Raid(Arc::new(Raid::new("raid", members, opt)?))
+        }
+        Engine::Twophase { k, m } => {
+            let o = twophase_options(k, m, planted_bug);
+            let t = if fresh {
+                Twophase::create("tp", members, o).await?
+            } else {
+                Twophase::open("tp", members, o).await?
+            };
+            Instance::Twophase(Arc::new(t))
+        }
+        Engine::Scala { k, m, offload } => {
+            let o = scala_options(k, m, reactors, offload);
+            let s = if fresh {
+                Scala::create("sc", members, o).await?
+            } else {
+                Scala::open("sc", members, o).await?
+            };
+            Instance::Scala(Arc::new(s))
+        }
+    })
+}

@@ -1,0 +1,10 @@
+//! `cargo fuzz run scala_open`: see `flashrig_fuzz_targets` (crates/fuzz-targets) for the input
+//! and what is checked.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let run = flashrig_fuzz_targets::target("scala_open").expect("a known target");
+    run(data);
+});
