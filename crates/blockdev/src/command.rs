@@ -102,10 +102,50 @@ pub struct ComputeCommand<'a> {
 pub enum VendorCommand<'a> {
     Convert(ConvertCommand),
     Compute(ComputeCommand<'a>),
+    /// Walk every block the device holds, verify it (checksums, and parity or replicas against
+    /// the data they protect), and repair what redundancy allows (ZFS's `zpool scrub`). Layers
+    /// without redundancy of their own forward it to their members and sum the reports.
+    Scrub,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum VendorReply {
     Done,
     Computed(Vec<u8>),
+    Scrubbed(ScrubReport),
+}
+
+/// What a scrub found and did. Every count is in blocks of the scrubbing layer's members.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubReport {
+    /// Member blocks read and verified.
+    pub blocks_checked: u64,
+    /// Blocks whose checksum did not match their data, address or generation (silent
+    /// corruption, a misdirected write, or a lost one).
+    pub checksum_errors: u64,
+    /// Parity or replica blocks that disagreed with the data they protect although every
+    /// checksum matched (possible only where blocks carry no checksum, or after a lost write
+    /// that no checksum covers).
+    pub redundancy_mismatches: u64,
+    /// Blocks rewritten with their reconstructed contents.
+    pub repaired: u64,
+    /// Blocks that could not be reconstructed (more copies bad than the redundancy covers);
+    /// reads of them answer `DevError::Corrupt`.
+    pub unrepairable: u64,
+}
+
+impl ScrubReport {
+    /// Adds another layer's or member's report to this one.
+    pub fn add(&mut self, o: &ScrubReport) {
+        self.blocks_checked += o.blocks_checked;
+        self.checksum_errors += o.checksum_errors;
+        self.redundancy_mismatches += o.redundancy_mismatches;
+        self.repaired += o.repaired;
+        self.unrepairable += o.unrepairable;
+    }
+
+    /// Whether the scrub left every block readable with its right contents.
+    pub fn clean(&self) -> bool {
+        self.unrepairable == 0
+    }
 }

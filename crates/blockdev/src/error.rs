@@ -24,6 +24,10 @@ pub enum DevError {
     Invalid(String),
     #[error("I/O error on {path}: {message}")]
     Io { path: String, message: String },
+    /// A block failed its checksum on every copy the engine holds (more members corrupt than
+    /// the array's redundancy covers): the engine answers this instead of returning wrong data.
+    #[error("{name}: block {lba} is corrupt beyond the array's redundancy ({detail})")]
+    Corrupt { name: String, lba: u64, detail: String },
 }
 
 pub type DevResult<T> = Result<T, DevError>;

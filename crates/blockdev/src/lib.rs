@@ -15,8 +15,8 @@ mod error;
 mod info;
 
 pub use command::{
-    ComputeCommand, ConvertCommand, ParityType, VendorCommand, VendorReply, WriteHints,
-    ZoneCommand, ZoneDescriptor, ZoneReply, ZoneState,
+    ComputeCommand, ConvertCommand, ParityType, ScrubReport, VendorCommand, VendorReply,
+    WriteHints, ZoneCommand, ZoneDescriptor, ZoneReply, ZoneState,
 };
 pub use error::{DevError, DevResult};
 pub use info::{Capabilities, DeviceInfo, ZoneGeometry};

@@ -16,6 +16,7 @@ pub mod jitter;
 pub mod model;
 pub mod pattern;
 pub mod power;
+pub mod rot;
 
 pub use driver::{
     run_check, run_ops, verify_after_crash, verify_all, CheckConfig, CheckError, CheckReport,
@@ -25,6 +26,7 @@ pub use failable::Failable;
 pub use jitter::Jitter;
 pub use model::{Expect, FlushToken, Model};
 pub use power::{Count, Fuse, Store, Trigger, Unflushed, Volatile};
+pub use rot::{Rot, RotCounts, WriteFault};
 
 /// The seeds a randomised test runs: `FLASHRIG_SEED` alone when it is set (to reproduce a
 /// failure), otherwise `cases` seeds starting at `first`, or `FLASHRIG_CASES` seeds when that

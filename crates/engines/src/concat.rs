@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use flashrig_blockdev::{
-    check_io, check_range, BlockDevice, DevRef, DevResult, DeviceInfo, WriteHints,
+    check_io, check_range, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, VendorCommand,
+    VendorReply, WriteHints,
 };
 use flashrig_metrics::Registry;
 
@@ -83,5 +84,12 @@ impl BlockDevice for Concat {
     async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
         check_range(&self.info, lba, num_blocks)?;
         fanout::trim(&self.members, &self.pieces(lba, num_blocks)).await
+    }
+
+    async fn vendor(&self, cmd: VendorCommand<'_>) -> DevResult<VendorReply> {
+        match cmd {
+            VendorCommand::Scrub => fanout::scrub(&self.members).await,
+            _ => Err(DevError::Unsupported { command: "vendor" }),
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! Issuing the pieces of one request to members concurrently. Shared by every engine that
 //! splits requests without transforming the data (stripe, concat).
 
-use flashrig_blockdev::{DevRef, DevResult, WriteHints};
+use flashrig_blockdev::{
+    DevError, DevRef, DevResult, ScrubReport, VendorCommand, VendorReply, WriteHints,
+};
 use futures_util::future::try_join_all;
 
 use crate::layout::Piece;
@@ -57,4 +59,27 @@ pub(crate) async fn trim(members: &[DevRef], pieces: &[Piece]) -> DevResult<()> 
 
 pub(crate) async fn flush(members: &[DevRef]) -> DevResult<()> {
     try_join_all(members.iter().map(|m| m.flush())).await.map(|_| ())
+}
+
+/// Forwards a vendor command that concerns every member as a whole (a scrub) to each in
+/// turn and sums their reports: a layer without redundancy has nothing of its own to verify.
+/// Members that do not support it are skipped; if none does, the command is unsupported.
+pub(crate) async fn scrub(members: &[DevRef]) -> DevResult<VendorReply> {
+    let mut total = ScrubReport::default();
+    let mut any = false;
+    for m in members {
+        match m.vendor(VendorCommand::Scrub).await {
+            Ok(VendorReply::Scrubbed(r)) => {
+                total.add(&r);
+                any = true;
+            }
+            Ok(_) => {}
+            Err(DevError::Unsupported { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    match any {
+        true => Ok(VendorReply::Scrubbed(total)),
+        false => Err(DevError::Unsupported { command: "scrub" }),
+    }
 }

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use flashrig_blockdev::{
-    check_io, check_range, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, WriteHints,
+    check_io, check_range, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, VendorCommand,
+    VendorReply, WriteHints,
 };
 use flashrig_metrics::{Counter, Registry};
 
@@ -106,5 +107,12 @@ impl BlockDevice for Stripe {
         self.trims.inc();
         let pieces = stripe_pieces(lba, num_blocks, self.chunk_blocks, self.members.len());
         fanout::trim(&self.members, &pieces).await
+    }
+
+    async fn vendor(&self, cmd: VendorCommand<'_>) -> DevResult<VendorReply> {
+        match cmd {
+            VendorCommand::Scrub => fanout::scrub(&self.members).await,
+            _ => Err(DevError::Unsupported { command: "vendor" }),
+        }
     }
 }

@@ -104,6 +104,7 @@ impl ExportError {
                 DevError::ReadMedia { .. }
                 | DevError::WriteMedia { .. }
                 | DevError::DeviceFailed { .. }
+                | DevError::Corrupt { .. }
                 | DevError::Io { .. } => libc::EIO,
             },
         }
