@@ -127,6 +127,35 @@ impl Volatile {
         Unflushed(std::mem::take(&mut *self.cache.lock()))
     }
 
+    /// Bit rot: flips bit `bit % (block bits)` of the newest version of the block at `lba`
+    /// (the cached one if unflushed, else the one on the media), leaving its metadata. Done
+    /// under the cache's lock, so no write can slip between reading and replacing the block
+    /// (which [`crate::Rot::flip`], going through the device's commands, cannot promise).
+    /// Returns false, changing nothing, where no block was ever written (or it was trimmed).
+    pub fn rot(&self, lba: u64, bit: u64) -> bool {
+        let flip = |b: &StoredBlock| -> StoredBlock {
+            let mut data = b.0.clone();
+            let bit = bit % (data.len() as u64 * 8);
+            data[(bit / 8) as usize] ^= 1 << (bit % 8);
+            Arc::new((data, b.1.clone()))
+        };
+        let mut cache = self.cache.lock();
+        match cache.get_mut(&lba) {
+            Some(Some(b)) => {
+                *b = flip(b);
+                true
+            }
+            Some(None) => false,
+            None => match self.media.get(lba) {
+                Some(b) => {
+                    self.media.apply(lba, &Some(flip(&b)));
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
     fn alive(&self) -> DevResult<()> {
         if self.off.load(Ordering::SeqCst) {
             return Err(DevError::DeviceFailed { name: self.info.name.clone() });

@@ -149,6 +149,16 @@ enum Command {
         #[arg(long, hide = true)]
         planted_bug: bool,
     },
+    /// Verify every block of a stack's redundant layers (checksums, parity, replicas) and
+    /// repair what redundancy allows; the stack is opened as a server opens it (nothing is
+    /// formatted). Exit status 1 when blocks stay unrepairable (docs/reliability.md).
+    Scrub {
+        /// Configuration file (TOML) naming the stack; `[workload]` is ignored.
+        config: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Block traces: statistics, format conversion, reduction.
     Trace {
         #[command(subcommand)]
@@ -207,6 +217,10 @@ struct ServeArgs {
     /// or files' I/O) to this file as JSON.
     #[arg(long, value_name = "FILE")]
     stats: Option<PathBuf>,
+    /// Scrub the stack every this many seconds while serving (SIGUSR1 starts one at any
+    /// time); each report goes to stderr.
+    #[arg(long, value_name = "SECONDS")]
+    scrub_every: Option<f64>,
 }
 
 #[derive(Subcommand)]
@@ -476,12 +490,15 @@ fn swarm(
         for s in flashrig_swarm::catalogue() {
             let p = s.promise();
             println!(
-                "{:<24} members {}  tolerates {}  crash-safe parity {}  recovery writes {}",
+                "{:<24} members {}  tolerates {}  crash-safe parity {}  recovery writes {}  \
+                 heals rot {}  catches lost writes {}",
                 s.name,
                 s.members(),
                 p.failures_tolerated,
                 p.parity_crash_safe,
-                p.recovery_writes
+                p.recovery_writes,
+                p.heals_corruption,
+                p.catches_lost_writes
             );
         }
         return Ok(());
@@ -619,6 +636,21 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             list,
             planted_bug,
         } => swarm(seed, runs, minutes, stack, rounds, ops, !no_shrink, list, planted_bug),
+        Command::Scrub { config, json } => {
+            let report = flashrig::scrub::scrub(Config::load(&config)?)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report).expect("a report serialises"));
+            } else {
+                println!("scrub of {}: {}", config.display(), flashrig::scrub::describe(&report));
+            }
+            if !report.clean() {
+                return Err(Error::Run(format!(
+                    "{} blocks are damaged beyond the stack's redundancy: reads of them fail",
+                    report.unrepairable
+                )));
+            }
+            Ok(())
+        }
         Command::Config { command: ConfigCommand::Show { config, fio } } => {
             let cfg = load_with_fio(config.as_ref(), &fio, false)?;
             print!("{}", cfg.to_toml());
@@ -959,6 +991,7 @@ fn serve(frontend: ServeCommand) -> Result<(), Error> {
         format: common.format,
         quiet: common.quiet,
         stats: common.stats,
+        scrub_every_s: common.scrub_every,
     };
     serve(cfg, opts, start).map(|_| ())
 }

@@ -13,6 +13,7 @@ pub mod fiojob;
 pub mod replay;
 pub mod report;
 pub mod run;
+pub mod scrub;
 pub mod serve;
 pub mod size;
 pub mod ssdlab;

@@ -7,6 +7,9 @@
 //! Shutdown, in order: the frontend stops taking requests, the requests in flight complete, the
 //! stack is flushed (so everything acknowledged is durable), and the frontend finishes (closes
 //! its connections, unmounts). A second signal during shutdown exits at once.
+//!
+//! While serving, SIGUSR1 (or `--scrub-every`) starts a scrub of the stack beside the clients'
+//! requests; its report goes to stderr.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,6 +37,8 @@ pub struct ServeOptions {
     /// Where to write the stack's counters (every layer's, as JSON) when serving stops: what
     /// the engine did behind the requests (conversions, GC, grants, checkpoints).
     pub stats: Option<std::path::PathBuf>,
+    /// Scrub the stack every this many seconds while serving (SIGUSR1 starts one at any time).
+    pub scrub_every_s: Option<f64>,
 }
 
 /// What the server did, for the closing line.
@@ -103,6 +108,14 @@ pub fn serve(cfg: Config, opts: ServeOptions, start: StartFrontend) -> Result<Se
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Error::Io(format!("cannot install the signal handler: {e}")))?;
     }
+    let scrub_now = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, scrub_now.clone())
+        .map_err(|e| Error::Io(format!("cannot install the signal handler: {e}")))?;
+    if let Some(s) = opts.scrub_every_s {
+        if !(s > 0.0 && s.is_finite()) {
+            return Err(Error::Input(format!("--scrub-every {s}: a positive number of seconds")));
+        }
+    }
     let describe = crate::run::describe_device(&cfg.device);
     let reactors = cfg.reactors;
     let device = cfg.device.clone();
@@ -121,8 +134,32 @@ pub fn serve(cfg: Config, opts: ServeOptions, start: StartFrontend) -> Result<Se
                 frontend.describe()
             );
         }
+        let every_ns = opts.scrub_every_s.map(|s| (s * 1e9) as u64);
+        let mut next_scrub_ns = every_ns.map(|e| flashrig_runtime::now_ns().saturating_add(e));
+        let scrubbing = Arc::new(AtomicBool::new(false));
         while !stop.load(Ordering::SeqCst) && !frontend.finished() {
             flashrig_runtime::sleep_ns(SIGNAL_POLL_NS).await;
+            let now = flashrig_runtime::now_ns();
+            let due = next_scrub_ns.is_some_and(|t| now >= t);
+            if (scrub_now.swap(false, Ordering::SeqCst) || due)
+                && !scrubbing.swap(true, Ordering::SeqCst)
+            {
+                next_scrub_ns = every_ns.map(|e| now.saturating_add(e));
+                // The scrub runs beside the clients' requests, taking the engine's locks
+                // stripe by stripe as a write would.
+                let (dev, busy, quiet) = (export.device().clone(), scrubbing.clone(), opts.quiet);
+                flashrig_runtime::spawn(async move {
+                    let r = crate::scrub::scrub_device(dev.as_ref()).await;
+                    match r {
+                        Ok(r) if !quiet || !r.clean() => {
+                            eprintln!("scrub: {}", crate::scrub::describe(&r))
+                        }
+                        Ok(_) => {}
+                        Err(e) => eprintln!("scrub: {e}"),
+                    }
+                    busy.store(false, Ordering::SeqCst);
+                });
+            }
         }
         frontend.stop();
         export.close();

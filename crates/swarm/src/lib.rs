@@ -188,6 +188,11 @@ pub fn render(s: &Summary) -> String {
         "engine instances:     {} with background tasks, {} still alive after their run (leaked)\n",
         t.instances, t.instances_outlived
     );
+    out += &format!(
+        "silent faults:        {} blocks rotted, {} writes lost, {} misdirected; {} scrubs \
+         repaired {} blocks, none left unrepairable\n",
+        t.flipped_blocks, t.lost_writes, t.misdirected_writes, t.scrubs, t.scrub_repaired
+    );
     out += &format!("stacks:               {}\n", stacks.join(", "));
     out
 }

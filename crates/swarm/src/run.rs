@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use flashrig_blockdev::DevRef;
+use flashrig_blockdev::{DevRef, VendorCommand, VendorReply};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use flashrig_check::{
@@ -56,6 +56,13 @@ pub struct Tally {
     /// still alive after their run ended (a leak).
     pub instances: u64,
     pub instances_outlived: u64,
+    /// Silent faults: blocks rotted, member writes lost or misdirected, and the scrubs that
+    /// ended those rounds with what they repaired.
+    pub flipped_blocks: u64,
+    pub lost_writes: u64,
+    pub misdirected_writes: u64,
+    pub scrubs: u64,
+    pub scrub_repaired: u64,
 }
 
 impl Tally {
@@ -77,6 +84,11 @@ impl Tally {
         self.blocks_checked += o.blocks_checked;
         self.instances += o.instances;
         self.instances_outlived += o.instances_outlived;
+        self.flipped_blocks += o.flipped_blocks;
+        self.lost_writes += o.lost_writes;
+        self.misdirected_writes += o.misdirected_writes;
+        self.scrubs += o.scrubs;
+        self.scrub_repaired += o.scrub_repaired;
     }
 }
 
@@ -252,6 +264,24 @@ async fn go(plan: &Plan, t: &mut Tally) -> Result<(), String> {
                 Ok::<_, String>((loss.members.len(), during_rebuild))
             })
         });
+        // Silent faults: write faults armed now, bits flipped at moments of the round.
+        let flips = round.rot.as_ref().map(|rot| {
+            for &(slot, n, fault) in &rot.writes {
+                members.arm_write(slot, n, fault);
+            }
+            let mut flips = rot.flips.clone();
+            flips.sort_by_key(|f| f.3);
+            let members = members.clone();
+            spawn(async move {
+                let (mut done, mut waited) = (0u64, 0u64);
+                for (slot, lba, bit, at_ns) in flips {
+                    sleep_ns(at_ns - waited).await;
+                    waited = at_ns;
+                    done += members.rot(slot, lba, bit) as u64;
+                }
+                done
+            })
+        });
         let cfg = CheckConfig {
             seed: plan.seed.wrapping_mul(1000) + r as u64,
             ops: round.ops,
@@ -278,9 +308,18 @@ async fn go(plan: &Plan, t: &mut Tally) -> Result<(), String> {
             Err(_) => {}
         }
         if !was_cut {
-            // The round ends cleanly: everything flushed must read back.
+            // The round ends cleanly: everything flushed must read back. After silent faults
+            // (every flip done first), those reads heal what they meet, and a scrub the rest.
+            if let Some(h) = flips {
+                t.flipped_blocks += h.await;
+                members.disarm_writes();
+            }
             flush(&up.top, &model).await.map_err(ctx)?;
             t.blocks_checked += verify_all(&up.top, &model).await.map_err(ctx)?;
+            if round.rot.is_some() {
+                scrub(&up, t).await.map_err(ctx)?;
+                t.blocks_checked += verify_all(&up.top, &model).await.map_err(ctx)?;
+            }
             continue;
         }
         let kind = match round.crash {
@@ -314,6 +353,11 @@ async fn go(plan: &Plan, t: &mut Tally) -> Result<(), String> {
             let next = recover(plan, &members, nested, tear_seed, t)
                 .await
                 .map_err(|e| ctx(format!("{state}: {e}")))?;
+            // Only the state the run goes on from needs whole redundancy (for the losses and
+            // rot of later rounds); the others are read back and dropped.
+            if promise.resyncs_after_crash && last {
+                scrub(&next, t).await.map_err(|e| ctx(format!("{state}: resync: {e}")))?;
+            }
             let m = Arc::new(Mutex::new(model.lock().clone()));
             if promise.acked_is_durable {
                 let mut g = m.lock();
@@ -333,11 +377,30 @@ async fn go(plan: &Plan, t: &mut Tally) -> Result<(), String> {
             }
         }
     }
+    let injected = members.rot_counts();
+    t.lost_writes += injected.lost_writes;
+    t.misdirected_writes += injected.misdirected_writes;
     flush(&up.top, &model).await.map_err(|e| format!("the end: {e}"))?;
     t.blocks_checked += verify_all(&up.top, &model).await.map_err(|e| format!("the end: {e}"))?;
     if plan.overload {
         overload(plan, &members, &up, &model, t).await?;
     }
+    Ok(())
+}
+
+/// Scrubs the engine after a round of silent faults: damage on no more members than it
+/// tolerates must leave nothing unrepairable.
+async fn scrub(up: &Up, t: &mut Tally) -> Result<(), String> {
+    let report = match up.inst.dev().vendor(VendorCommand::Scrub).await {
+        Ok(VendorReply::Scrubbed(r)) => r,
+        Ok(other) => return Err(format!("scrub answered {other:?}")),
+        Err(e) => return Err(format!("scrub: {e}")),
+    };
+    if !report.clean() {
+        return Err(format!("scrub left blocks unrepairable: {report:?}"));
+    }
+    t.scrubs += 1;
+    t.scrub_repaired += report.repaired;
     Ok(())
 }
 

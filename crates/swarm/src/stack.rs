@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use flashrig_blockdev::{DevError, DevRef, DevResult};
-use flashrig_check::{Fuse, Store, Trigger, Unflushed, Volatile};
-use flashrig_engines::raid::{Raid, RaidOptions, WriteMode};
+use flashrig_check::{Fuse, Rot, RotCounts, Store, Trigger, Unflushed, Volatile, WriteFault};
+use flashrig_engines::raid::{self, Raid, RaidOptions, WriteMode};
 use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions};
 use flashrig_engines::twophase::{Twophase, TwophaseOptions};
 use flashrig_engines::{Concat, Stripe};
@@ -90,13 +90,21 @@ pub struct Promise {
     /// Members whose loss it survives, rebuilding a replacement bit-exact.
     pub failures_tolerated: usize,
     /// A power cut loses nothing a completed flush covered, and recovery restores redundancy.
-    /// (`raid` keeps the RAID write hole: its data is crash consistent but a member lost after
-    /// a crash may reconstruct stale parity, so the swarm draws no loss after a cut for it.)
+    /// (`raid` keeps the RAID write hole: its data is crash consistent but parity may be stale
+    /// after a crash until a resync, see `resyncs_after_crash`.)
     pub parity_crash_safe: bool,
+    /// After a crash, redundancy is whole again only once a resync (a scrub) has run, as md
+    /// resyncs an array that was not stopped cleanly; the swarm runs one after every recovery.
+    pub resyncs_after_crash: bool,
     /// Every acknowledged write survives a power cut (power-loss protection).
     pub acked_is_durable: bool,
     /// Whether recovery issues commands of its own (so a crash during recovery is possible).
     pub recovery_writes: bool,
+    /// Blocks carry checksums: bit rot on up to `failures_tolerated` members never reads back
+    /// wrong, and is rebuilt and rewritten (on RAM members, where the swarm can rot a block).
+    pub heals_corruption: bool,
+    /// Lost and misdirected member writes are caught on read, not only by a scrub.
+    pub catches_lost_writes: bool,
 }
 
 impl StackSpec {
@@ -107,11 +115,20 @@ impl StackSpec {
             Engine::Raid { m, .. } => (m, false, false),
             Engine::Twophase { m, .. } | Engine::Scala { m, .. } => (m, true, true),
         };
+        // `raid` seals blocks when members keep metadata bytes, but updates in place: a lost
+        // write leaves an old block with a valid seal, which only a scrub can find.
+        let (heals, catches_lost) = match self.engine {
+            Engine::Raid { .. } => (RAM_MD_BYTES as usize >= raid::MD_BYTES, false),
+            _ => (false, false),
+        };
         Promise {
             failures_tolerated: tolerated,
             parity_crash_safe: parity_safe,
             acked_is_durable: self.engine == Engine::Ssd(SsdVariant::Plp),
             recovery_writes: recovery,
+            resyncs_after_crash: matches!(self.engine, Engine::Raid { .. }),
+            heals_corruption: heals && !self.on_ssds(),
+            catches_lost_writes: catches_lost && !self.on_ssds(),
         }
     }
 
@@ -147,7 +164,7 @@ impl StackSpec {
     }
 
     /// Blocks per RAM member (engines with a transient area or a log need more room).
-    fn ram_member_blocks(&self) -> u64 {
+    pub fn ram_member_blocks(&self) -> u64 {
         match self.engine {
             Engine::Scala { .. } => 2048,
             Engine::Twophase { .. } => 256,
@@ -155,7 +172,7 @@ impl StackSpec {
         }
     }
 
-    fn on_ssds(&self) -> bool {
+    pub fn on_ssds(&self) -> bool {
         matches!(self.engine, Engine::Ssd(_) | Engine::Scala { offload: true, .. })
     }
 }
@@ -295,6 +312,10 @@ pub struct Members {
     live: Mutex<Vec<Arc<Volatile>>>,
     /// The member fuses of this power-on.
     fuses: Mutex<Vec<Arc<Fuse>>>,
+    /// Above each fuse, the layer that loses or misdirects armed writes; the engine's members.
+    rots: Mutex<Vec<Arc<Rot>>>,
+    /// What the rot layers of earlier power-ons injected.
+    rot_counts: Mutex<RotCounts>,
     power: Mutex<Arc<AtomicBool>>,
     ssd_cfg: Option<SsdConfig>,
     /// Holds the image file of an image-backed SSD.
@@ -346,6 +367,8 @@ impl Members {
             ssds: Mutex::new(ssds),
             live: Mutex::default(),
             fuses: Mutex::default(),
+            rots: Mutex::default(),
+            rot_counts: Mutex::default(),
             power: Mutex::new(Arc::new(AtomicBool::new(true))),
             ssd_cfg,
             _dir: dir,
@@ -389,7 +412,51 @@ impl Members {
             .map(|d| Arc::new(Fuse::new(d, power.clone(), trigger.clone())))
             .collect();
         *self.fuses.lock() = fuses.clone();
-        fuses.into_iter().map(|f| f as DevRef).collect()
+        let rots: Vec<Arc<Rot>> =
+            fuses.into_iter().map(|f| Arc::new(Rot::new(f as DevRef))).collect();
+        let old = std::mem::replace(&mut *self.rots.lock(), rots.clone());
+        self.keep_counts(&old);
+        rots.into_iter().map(|r| r as DevRef).collect()
+    }
+
+    /// Adds what retired rot layers injected to the run's counts.
+    fn keep_counts(&self, old: &[Arc<Rot>]) {
+        let mut c = self.rot_counts.lock();
+        for r in old {
+            let n = r.counts();
+            c.flipped_blocks += n.flipped_blocks;
+            c.lost_writes += n.lost_writes;
+            c.misdirected_writes += n.misdirected_writes;
+        }
+    }
+
+    /// Lost and misdirected writes injected so far (flips are done on the media directly and
+    /// counted by the caller).
+    pub fn rot_counts(&self) -> RotCounts {
+        let mut c = *self.rot_counts.lock();
+        for r in self.rots.lock().iter() {
+            let n = r.counts();
+            c.lost_writes += n.lost_writes;
+            c.misdirected_writes += n.misdirected_writes;
+        }
+        c
+    }
+
+    /// Arms a write fault on member `slot` for its `n`-th write from now.
+    pub fn arm_write(&self, slot: usize, n: u64, fault: WriteFault) {
+        self.rots.lock()[slot].arm(n, fault);
+    }
+
+    /// Forgets the write faults that have not fired.
+    pub fn disarm_writes(&self) {
+        for r in self.rots.lock().iter() {
+            r.disarm();
+        }
+    }
+
+    /// Bit rot on RAM member `slot` (see [`Volatile::rot`]); false where nothing was stored.
+    pub fn rot(&self, slot: usize, lba: u64, bit: u64) -> bool {
+        self.live.lock().get(slot).is_some_and(|v| v.rot(lba, bit))
     }
 
     /// The power switch of this power-on (the stack's top fuse shares it).
@@ -471,7 +538,10 @@ impl Members {
         };
         let f = Arc::new(Fuse::new(below, self.power(), trigger));
         self.fuses.lock()[i] = f.clone();
-        f
+        let r = Arc::new(Rot::new(f));
+        let old = std::mem::replace(&mut self.rots.lock()[i], r.clone());
+        self.keep_counts(&[old]);
+        r
     }
 }
 

@@ -7,11 +7,14 @@
 //! One file per role: [`geometry`] (where chunks live), [`locks`] (one writer per stripe),
 //! `write` (full stripe, read-construct-write, read-modify-write), `read` (normal and degraded
 //! reads), [`cache`] (the optional stripe cache that merges sequential writes, as md's does),
-//! and `rebuild` (a replacement member refilled stripe by stripe).
+//! `rebuild` (a replacement member refilled stripe by stripe), and `integrity` (a checksum per
+//! member block, verified on every read and repaired from parity; the scrub).
 //!
 //! Failures: a member that answers `DeviceFailed` is marked failed and the array runs
 //! degraded, reconstructing that member's chunks from the others, until more than `m` members
-//! have failed. A read error on one chunk is repaired from redundancy for that read.
+//! have failed. A read error on one chunk is repaired from redundancy for that read; a block
+//! that fails its checksum (silent corruption, a misdirected write) is rebuilt from the others
+//! and rewritten, and beyond redundancy the read answers `DevError::Corrupt`.
 //!
 //! What md has and this engine does not: a journal or partial-parity log closing the RAID
 //! write hole (a crash between a stripe's data and parity writes can leave parity stale; the
@@ -19,6 +22,7 @@
 
 pub mod cache;
 pub mod geometry;
+mod integrity;
 pub mod locks;
 mod read;
 mod rebuild;
@@ -29,7 +33,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use flashrig_blockdev::{
-    check_io, check_range, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, WriteHints,
+    check_io, check_range, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, VendorCommand,
+    VendorReply, WriteHints,
 };
 use flashrig_erasure::Codec;
 use flashrig_metrics::{Counter, Registry};
@@ -40,6 +45,7 @@ use parking_lot::RwLock;
 use crate::{check_members, EngineConstraints};
 pub use cache::StripeCache;
 pub use geometry::Geometry;
+pub use integrity::MD_BYTES;
 use locks::StripeLocks;
 
 /// The constraints of a k + m array, as data: every member holds one chunk of each stripe, and
@@ -96,6 +102,8 @@ pub struct Raid {
     lock_model: Option<Arc<SharedLockModel>>,
     metrics: Arc<Registry>,
     c: Counters,
+    /// Metadata bytes per member block; 0 when the members have none (no checksums).
+    mdb: usize,
 }
 
 struct Counters {
@@ -121,6 +129,11 @@ struct Counters {
     lock_passes: Arc<Counter>,
     lock_contended: Arc<Counter>,
     lock_spin_ns: Arc<Counter>,
+    checksum_errors: Arc<Counter>,
+    healed_blocks: Arc<Counter>,
+    unrepairable_blocks: Arc<Counter>,
+    parity_mismatches: Arc<Counter>,
+    scrubbed_blocks: Arc<Counter>,
 }
 
 impl Raid {
@@ -176,6 +189,20 @@ impl Raid {
             lock_passes: metrics.counter("lock_passes"),
             lock_contended: metrics.counter("lock_contended"),
             lock_spin_ns: metrics.counter("lock_spin_ns"),
+            checksum_errors: metrics.counter("checksum_errors"),
+            healed_blocks: metrics.counter("healed_blocks"),
+            unrepairable_blocks: metrics.counter("unrepairable_blocks"),
+            parity_mismatches: metrics.counter("parity_mismatches"),
+            scrubbed_blocks: metrics.counter("scrubbed_blocks"),
+        };
+        // Blocks are sealed when every member keeps the same number (at least the seal's) of
+        // metadata bytes per block; with none, parity is the only check (a scrub compares it).
+        let md0 = members[0].info().md_bytes_per_block as usize;
+        let mdb = match md0 >= integrity::MD_BYTES
+            && members.iter().all(|d| d.info().md_bytes_per_block as usize == md0)
+        {
+            true => md0,
+            false => 0,
         };
         let cache = (opt.cache_stripes > 0).then(|| StripeCache::new(opt.cache_stripes, &geo, bs));
         Ok(Raid {
@@ -191,6 +218,7 @@ impl Raid {
             lock_model: opt.lock_model,
             metrics,
             c,
+            mdb,
         })
     }
 
@@ -319,6 +347,13 @@ impl BlockDevice for Raid {
         check_range(&self.info, lba, num_blocks)?;
         self.c.trims.inc();
         self.trim_blocks(lba, num_blocks).await
+    }
+
+    async fn vendor(&self, cmd: VendorCommand<'_>) -> DevResult<VendorReply> {
+        match cmd {
+            VendorCommand::Scrub => self.scrub().await.map(VendorReply::Scrubbed),
+            _ => Err(DevError::Unsupported { command: "vendor" }),
+        }
     }
 }
 

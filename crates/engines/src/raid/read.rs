@@ -3,7 +3,7 @@
 
 use futures_util::future::try_join_all;
 
-use flashrig_blockdev::{DevError, DevResult};
+use flashrig_blockdev::{DevError, DevResult, ScrubReport};
 
 use super::Raid;
 
@@ -54,10 +54,15 @@ impl Raid {
             futs.push(async move {
                 let i = self.geo.data_member(stripe, p.data);
                 let lba = self.geo.member_lba(stripe) + p.offset_blocks;
+                // A member that answers with an error is not read again for this piece; one
+                // whose blocks fail their checksum is, under the stripe lock, so that the
+                // damaged blocks are rebuilt and rewritten there.
+                let mut skip = Some(i);
                 if self.available(i, stripe) {
                     self.costs.charge_member_ios(1).await;
-                    match self.member(i).read(lba, head, None).await {
-                        Ok(()) => return Ok(()),
+                    match self.read_member(i, p.data, lba, head).await {
+                        Ok(damaged) if damaged.is_empty() => return Ok(()),
+                        Ok(_) => skip = None,
                         Err(e) => {
                             if !self.note_error(i, &e) {
                                 return Err(e);
@@ -78,8 +83,7 @@ impl Raid {
                 };
                 self.pass_lock().await;
                 let lo = p.offset_blocks;
-                let shards =
-                    self.read_chunks(stripe, lo, lo + p.blocks, &[p.data], Some(i)).await?;
+                let shards = self.read_chunks(stripe, lo, lo + p.blocks, &[p.data], skip).await?;
                 head.copy_from_slice(shards[p.data].as_deref().expect("reconstructed"));
                 Ok::<(), DevError>(())
             });
@@ -90,7 +94,8 @@ impl Raid {
     /// Reads blocks `lo..hi` of chunks `want` (code order: data `0..k`, then parity) of
     /// `stripe`, rebuilding any whose member is unavailable or fails from the other chunks.
     /// `skip` names a member not to read (one that just returned an error). Returns all
-    /// `k + m` slots; the wanted ones are filled.
+    /// `k + m` slots; the wanted ones are filled. The caller holds the stripe's lock (blocks
+    /// that fail their checksum are rewritten here).
     pub(super) async fn read_chunks(
         &self,
         stripe: u64,
@@ -99,29 +104,62 @@ impl Raid {
         want: &[usize],
         skip: Option<usize>,
     ) -> DevResult<Vec<Option<Vec<u8>>>> {
+        let mut report = ScrubReport::default();
+        self.read_rows(stripe, lo, hi, want, skip, false, &mut report).await
+    }
+
+    /// [`Raid::read_chunks`], and the scrub's walk: with `scrub`, every readable chunk is read
+    /// and verified (not only the wanted ones), rows beyond redundancy are counted in `report`
+    /// instead of failing, and those rows' slots come back `None`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn read_rows(
+        &self,
+        stripe: u64,
+        lo: u64,
+        hi: u64,
+        want: &[usize],
+        skip: Option<usize>,
+        scrub: bool,
+        report: &mut ScrubReport,
+    ) -> DevResult<Vec<Option<Vec<u8>>>> {
         let n = self.geo.members();
-        let len = (hi - lo) as usize * self.block_bytes();
+        let bs = self.block_bytes();
+        let blocks = (hi - lo) as usize;
+        let len = blocks * bs;
         let base = self.geo.member_lba(stripe) + lo;
         let mut shards: Vec<Option<Vec<u8>>> = vec![None; n];
+        // Blocks of each read chunk that failed their checksum.
+        let mut bad: Vec<Vec<usize>> = vec![Vec::new(); n];
         let mut tried = vec![false; n];
         let readable = |idx: usize| {
             let mbr = self.geo.chunk_member(stripe, idx);
             Some(mbr) != skip && self.available(mbr, stripe)
         };
-        // First the wanted chunks; only if one is missing, the rest of the stripe.
-        let mut round: Vec<usize> = want.iter().copied().filter(|&i| readable(i)).collect();
+        let whole = |shards: &[Option<Vec<u8>>], bad: &[Vec<usize>], i: usize| {
+            shards[i].is_some() && bad[i].is_empty()
+        };
+        // First the wanted chunks; only if one is missing or damaged, the rest of the stripe.
+        let mut round: Vec<usize> = match scrub {
+            true => (0..n).filter(|&i| readable(i)).collect(),
+            false => want.iter().copied().filter(|&i| readable(i)).collect(),
+        };
         for pass in 0..2 {
             let reads = round.iter().map(|&idx| async move {
                 let mbr = self.geo.chunk_member(stripe, idx);
                 let mut b = vec![0u8; len];
                 self.costs.charge_member_ios(1).await;
-                let r = self.member(mbr).read(base, &mut b, None).await;
-                (idx, mbr, r.map(|()| b))
+                let r = self.read_member(mbr, idx, base, &mut b).await;
+                (idx, mbr, r.map(|bad| (b, bad)))
             });
             for (idx, mbr, r) in futures_util::future::join_all(reads).await {
                 tried[idx] = true;
                 match r {
-                    Ok(b) => shards[idx] = Some(b),
+                    Ok((b, damaged)) => {
+                        report.blocks_checked += blocks as u64;
+                        report.checksum_errors += damaged.len() as u64;
+                        shards[idx] = Some(b);
+                        bad[idx] = damaged;
+                    }
                     Err(e) => {
                         if !self.note_error(mbr, &e) {
                             return Err(e);
@@ -129,27 +167,116 @@ impl Raid {
                     }
                 }
             }
-            if want.iter().all(|&i| shards[i].is_some()) {
+            if !scrub && want.iter().all(|&i| whole(&shards, &bad, i)) {
                 return Ok(shards);
             }
             if pass == 0 {
                 round = (0..n).filter(|&i| !tried[i] && readable(i)).collect();
             }
         }
-        let present = shards.iter().filter(|s| s.is_some()).count();
-        if present < self.geo.k {
-            self.check_survivable(stripe)?;
-            return Err(DevError::DeviceFailed {
-                name: format!(
-                    "{}: stripe {stripe} has {present} readable chunks, {} needed",
-                    self.info.name, self.geo.k
-                ),
-            });
+        if bad.iter().all(|b| b.is_empty()) {
+            if (0..n).all(|i| shards[i].is_some()) {
+                return Ok(shards);
+            }
+            let present = shards.iter().filter(|s| s.is_some()).count();
+            if present < self.geo.k {
+                if scrub {
+                    return Ok(vec![None; n]);
+                }
+                self.check_survivable(stripe)?;
+                return Err(DevError::DeviceFailed {
+                    name: format!(
+                        "{}: stripe {stripe} has {present} readable chunks, {} needed",
+                        self.info.name, self.geo.k
+                    ),
+                });
+            }
+            let missing = (n - present) as u64;
+            self.costs.charge_parity(len as u64 * self.geo.k as u64).await;
+            self.codec.reconstruct(&mut shards).map_err(|e| DevError::Invalid(e.to_string()))?;
+            self.c.reconstructed_bytes.add(missing * len as u64);
+            return Ok(shards);
         }
-        let missing = (n - present) as u64;
-        self.costs.charge_parity(len as u64 * self.geo.k as u64).await;
-        self.codec.reconstruct(&mut shards).map_err(|e| DevError::Invalid(e.to_string()))?;
-        self.c.reconstructed_bytes.add(missing * len as u64);
-        Ok(shards)
+        self.repair_rows(stripe, lo, shards, &bad, want, scrub, report).await
+    }
+
+    /// Rebuilds, block row by block row, every chunk block that is missing or failed its
+    /// checksum, from the blocks of the row that passed, and rewrites the damaged ones.
+    #[allow(clippy::too_many_arguments)]
+    async fn repair_rows(
+        &self,
+        stripe: u64,
+        lo: u64,
+        mut shards: Vec<Option<Vec<u8>>>,
+        bad: &[Vec<usize>],
+        want: &[usize],
+        scrub: bool,
+        report: &mut ScrubReport,
+    ) -> DevResult<Vec<Option<Vec<u8>>>> {
+        let (k, n) = (self.geo.k, self.geo.members());
+        let bs = self.block_bytes();
+        let len = shards.iter().flatten().map(|s| s.len()).next().unwrap_or(0);
+        let blocks = len / bs;
+        let read: Vec<bool> = shards.iter().map(|s| s.is_some()).collect();
+        let mut out: Vec<Vec<u8>> =
+            shards.iter_mut().map(|s| s.take().unwrap_or_else(|| vec![0u8; len])).collect();
+        let mut heals = Vec::new();
+        let mut lost_rows = false;
+        for b in 0..blocks {
+            let good: Vec<bool> = (0..n).map(|i| read[i] && !bad[i].contains(&b)).collect();
+            if good.iter().all(|&g| g) {
+                continue;
+            }
+            let present = good.iter().filter(|&&g| g).count();
+            if present < k {
+                let damaged = (0..n).filter(|&i| read[i] && bad[i].contains(&b)).count() as u64;
+                self.c.unrepairable_blocks.add(damaged);
+                report.unrepairable += damaged;
+                if scrub {
+                    lost_rows = true;
+                    continue;
+                }
+                let index = want.iter().copied().find(|&i| !good[i]).unwrap_or(0);
+                let lba = match index < k {
+                    true => {
+                        stripe * self.geo.stripe_data_blocks()
+                            + index as u64 * self.geo.chunk_blocks
+                            + lo
+                            + b as u64
+                    }
+                    false => stripe * self.geo.stripe_data_blocks(),
+                };
+                return Err(DevError::Corrupt {
+                    name: self.info.name.clone(),
+                    lba,
+                    detail: format!(
+                        "stripe {stripe}, chunk row {}: {present} of {n} chunks pass their \
+                         checksum and are readable, {k} needed",
+                        lo + b as u64
+                    ),
+                });
+            }
+            let at = b * bs..(b + 1) * bs;
+            let mut row: Vec<Option<Vec<u8>>> =
+                (0..n).map(|i| good[i].then(|| out[i][at.clone()].to_vec())).collect();
+            self.costs.charge_parity(bs as u64 * k as u64).await;
+            self.codec.reconstruct(&mut row).map_err(|e| DevError::Invalid(e.to_string()))?;
+            for i in 0..n {
+                if good[i] {
+                    continue;
+                }
+                let block = row[i].take().expect("reconstructed");
+                out[i][at.clone()].copy_from_slice(&block);
+                self.c.reconstructed_bytes.add(bs as u64);
+                if read[i] {
+                    heals.push((i, b, block));
+                }
+            }
+        }
+        report.repaired += self.heal(stripe, lo, &heals).await?;
+        if lost_rows {
+            return Ok(vec![None; n]);
+        }
+        Ok(out.into_iter().map(Some).collect())
     }
 }

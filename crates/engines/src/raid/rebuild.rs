@@ -17,10 +17,19 @@ impl Raid {
         }
         let need = self.geo.stripes * self.geo.chunk_blocks;
         let ri = replacement.info();
-        if ri.block_size != self.info.block_size || ri.num_blocks < need {
+        if ri.block_size != self.info.block_size
+            || ri.num_blocks < need
+            || (self.integrity() && ri.md_bytes_per_block as usize != self.mdb)
+        {
             return Err(DevError::Invalid(format!(
-                "raid: replacement {} ({} blocks of {} bytes) cannot hold {need} blocks of {}",
-                ri.name, ri.num_blocks, ri.block_size, self.info.block_size
+                "raid: replacement {} ({} blocks of {} bytes, {} metadata bytes each) cannot hold \
+                 {need} blocks of {} with {} metadata bytes",
+                ri.name,
+                ri.num_blocks,
+                ri.block_size,
+                ri.md_bytes_per_block,
+                self.info.block_size,
+                self.mdb
             )));
         }
         let st = &self.state[slot];
@@ -37,7 +46,9 @@ impl Raid {
             let mut shards = self.read_chunks(s, 0, chunk, &[index], Some(slot)).await?;
             let data = shards[index].take().expect("reconstructed");
             self.costs.charge_member_ios(1).await;
-            replacement.write(self.geo.member_lba(s), &data, None, WriteHints::NONE).await?;
+            let lba = self.geo.member_lba(s);
+            let md = self.seal_for(&data, lba, index);
+            replacement.write(lba, &data, md.as_deref(), WriteHints::NONE).await?;
             st.rebuilt_below.store(s + 1, Ordering::Release);
             self.c.rebuilt_stripes.inc();
         }

@@ -65,6 +65,19 @@ impl Raid {
         data: &[u8],
         hints: WriteHints,
     ) -> DevResult<()> {
+        self.write_span(sp, data, hints, false).await
+    }
+
+    /// [`Raid::write_span_locked`]; `reconstruct` forces read-construct-write (after a
+    /// read-modify-write found old data failing its checksum: the reconstructing reads
+    /// repair it, while a delta computed from it would poison the parity).
+    async fn write_span(
+        &self,
+        sp: &StripeSpan,
+        data: &[u8],
+        hints: WriteHints,
+        reconstruct: bool,
+    ) -> DevResult<()> {
         let s = sp.stripe;
         self.check_survivable(s)?;
         self.pass_lock().await;
@@ -106,7 +119,7 @@ impl Raid {
         let rmw_chunks = pieces.len() + m;
 
         let mut parity = vec![vec![0u8; len]; m];
-        if degraded || rcw_chunks <= rmw_chunks {
+        if reconstruct || degraded || rcw_chunks <= rmw_chunks {
             // Read-construct-write: the stripe's data rows lo..hi, old where not overwritten.
             let want: Vec<usize> = (0..k).filter(|&d| !covers(d)).collect();
             let mut shards = self.read_chunks(s, lo, hi, &want, None).await?;
@@ -126,19 +139,23 @@ impl Raid {
                 let i = self.geo.data_member(s, p.data);
                 let mut b = vec![0u8; p.blocks as usize * bs];
                 self.costs.charge_member_ios(1).await;
-                self.member(i).read(self.geo.member_lba(s) + p.offset_blocks, &mut b, None).await?;
-                Ok::<_, DevError>(b)
+                let lba = self.geo.member_lba(s) + p.offset_blocks;
+                let damaged = self.read_member(i, p.data, lba, &mut b).await?;
+                Ok::<_, DevError>((b, damaged.is_empty()))
             }));
             let parity_rows: Vec<usize> = (k..k + m).collect();
             let old_parity = self.read_chunks(s, lo, hi, &parity_rows, None);
             let (old, old_parity) = futures_util::join!(old, old_parity);
             let (old, mut old_parity) = match (old, old_parity) {
-                (Ok(o), Ok(p)) => (o, p),
+                (Ok(o), Ok(_)) if o.iter().any(|(_, sound)| !sound) => {
+                    return Box::pin(self.write_span(sp, data, hints, true)).await;
+                }
+                (Ok(o), Ok(p)) => (o.into_iter().map(|(b, _)| b).collect::<Vec<_>>(), p),
                 // A member failed under the reads: redo the stripe as a degraded update.
                 (Err(e), _) | (_, Err(e)) => {
                     let retry = self.member_index_of_error(&e);
                     if retry {
-                        return Box::pin(self.write_span_locked(sp, data, hints)).await;
+                        return Box::pin(self.write_span(sp, data, hints, reconstruct)).await;
                     }
                     return Err(e);
                 }
@@ -210,7 +227,9 @@ impl Raid {
                 return Ok(());
             }
             self.costs.charge_member_ios(1).await;
-            match self.member(i).write(base + w.offset_blocks, w.data, None, hints).await {
+            let lba = base + w.offset_blocks;
+            let md = self.seal_for(w.data, lba, w.index);
+            match self.member(i).write(lba, w.data, md.as_deref(), hints).await {
                 Ok(()) => Ok(()),
                 Err(e) if self.note_error(i, &e) => Ok(()),
                 Err(e) => Err(e),
