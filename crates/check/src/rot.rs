@@ -10,6 +10,9 @@
 //! - **misdirected write**: an armed write lands at another address of the same device, whose
 //!   contents it overwrites, and the intended address keeps its previous contents.
 //!
+//! - **a slow member**: [`Rot::set_delay_ns`] adds a fixed delay to every command (a drive
+//!   retrying reads, a failing link), which an engine should route reads around.
+//!
 //! Faults are armed by count ("the n-th write from now"), so a seeded plan replays exactly.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +49,8 @@ pub struct Rot {
     flipped: AtomicU64,
     lost: AtomicU64,
     misdirected: AtomicU64,
+    /// Added to every command (0: none).
+    delay_ns: AtomicU64,
 }
 
 impl Rot {
@@ -56,6 +61,19 @@ impl Rot {
             flipped: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             misdirected: AtomicU64::new(0),
+            delay_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Makes every later command take `delay_ns` longer (0: back to normal).
+    pub fn set_delay_ns(&self, delay_ns: u64) {
+        self.delay_ns.store(delay_ns, Ordering::Relaxed);
+    }
+
+    async fn delay(&self) {
+        let ns = self.delay_ns.load(Ordering::Relaxed);
+        if ns > 0 {
+            flashrig_runtime::sleep_ns(ns).await;
         }
     }
 
@@ -128,6 +146,7 @@ impl BlockDevice for Rot {
         vec![self.inner.clone()]
     }
     async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
+        self.delay().await;
         self.inner.read(lba, buf, md).await
     }
     async fn write(
@@ -137,6 +156,7 @@ impl BlockDevice for Rot {
         md: Option<&[u8]>,
         hints: WriteHints,
     ) -> DevResult<()> {
+        self.delay().await;
         match self.next_write() {
             None => self.inner.write(lba, data, md, hints).await,
             Some(WriteFault::Lose) => {
@@ -168,9 +188,11 @@ impl BlockDevice for Rot {
         }
     }
     async fn flush(&self) -> DevResult<()> {
+        self.delay().await;
         self.inner.flush().await
     }
     async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
+        self.delay().await;
         self.inner.trim(lba, num_blocks).await
     }
     async fn vendor(&self, cmd: VendorCommand<'_>) -> DevResult<VendorReply> {

@@ -193,6 +193,10 @@ pub fn render(s: &Summary) -> String {
          repaired {} blocks, none left unrepairable\n",
         t.flipped_blocks, t.lost_writes, t.misdirected_writes, t.scrubs, t.scrub_repaired
     );
+    out += &format!(
+        "slow members:         {} rounds, {} reads served around them\n",
+        t.slow_rounds, t.slow_reads_routed
+    );
     out += &format!("stacks:               {}\n", stacks.join(", "));
     out
 }

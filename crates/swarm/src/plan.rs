@@ -46,6 +46,9 @@ pub struct Rot {
     pub flips: Vec<(usize, u64, u64, u64)>,
     /// Armed write faults: (member slot, the n-th write from the round's start, fault).
     pub writes: Vec<(usize, u64, WriteFault)>,
+    /// One of the damaged members answers every command this much later, for the whole
+    /// round (on stacks that route reads around a slow member).
+    pub slow: Option<(usize, u64)>,
 }
 
 /// One round: a workload segment that ends in a power cut (or cleanly), or runs with members
@@ -260,7 +263,11 @@ fn draw_rot(rng: &mut Xoshiro256PlusPlus, stack: &StackSpec, ops: u64) -> Rot {
             .collect(),
         false => Vec::new(),
     };
-    Rot { flips, writes }
+    // Members answer at once in the swarm, so "100x slower" is a fixed delay of the order of
+    // a flash read instead; the engine compares a member with its peers.
+    let slow = (promise.routes_around_slow && rng.next_u64() % 2 == 0)
+        .then(|| (pick(rng, &damaged), pick(rng, &[50_000, 200_000, 1_000_000])));
+    Rot { flips, writes, slow }
 }
 
 #[cfg(test)]

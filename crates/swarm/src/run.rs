@@ -63,6 +63,9 @@ pub struct Tally {
     pub misdirected_writes: u64,
     pub scrubs: u64,
     pub scrub_repaired: u64,
+    /// Rounds with a slow member, and the reads the engine served around it.
+    pub slow_rounds: u64,
+    pub slow_reads_routed: u64,
 }
 
 impl Tally {
@@ -89,6 +92,8 @@ impl Tally {
         self.misdirected_writes += o.misdirected_writes;
         self.scrubs += o.scrubs;
         self.scrub_repaired += o.scrub_repaired;
+        self.slow_rounds += o.slow_rounds;
+        self.slow_reads_routed += o.slow_reads_routed;
     }
 }
 
@@ -265,6 +270,12 @@ async fn go(plan: &Plan, t: &mut Tally) -> Result<(), String> {
             })
         });
         // Silent faults: write faults armed now, bits flipped at moments of the round.
+        let routed = || up.inst.dev().metrics().map_or(0, |r| r.counter("slow_reads_routed").get());
+        let routed_before = routed();
+        let slow = round.rot.as_ref().and_then(|rot| rot.slow);
+        if let Some((slot, ns)) = slow {
+            members.set_delay(slot, ns);
+        }
         let flips = round.rot.as_ref().map(|rot| {
             for &(slot, n, fault) in &rot.writes {
                 members.arm_write(slot, n, fault);
@@ -313,6 +324,11 @@ async fn go(plan: &Plan, t: &mut Tally) -> Result<(), String> {
             if let Some(h) = flips {
                 t.flipped_blocks += h.await;
                 members.disarm_writes();
+            }
+            if let Some((slot, _)) = slow {
+                members.set_delay(slot, 0);
+                t.slow_rounds += 1;
+                t.slow_reads_routed += routed() - routed_before;
             }
             flush(&up.top, &model).await.map_err(ctx)?;
             t.blocks_checked += verify_all(&up.top, &model).await.map_err(ctx)?;

@@ -105,6 +105,9 @@ pub struct Promise {
     pub heals_corruption: bool,
     /// Lost and misdirected member writes are caught on read, not only by a scrub.
     pub catches_lost_writes: bool,
+    /// Reads of a member much slower than its peers are served from the others where
+    /// redundancy allows.
+    pub routes_around_slow: bool,
 }
 
 impl StackSpec {
@@ -129,6 +132,7 @@ impl StackSpec {
             resyncs_after_crash: matches!(self.engine, Engine::Raid { .. }),
             heals_corruption: heals && !self.on_ssds(),
             catches_lost_writes: catches_lost && !self.on_ssds(),
+            routes_around_slow: matches!(self.engine, Engine::Raid { .. }),
         }
     }
 
@@ -452,6 +456,11 @@ impl Members {
         for r in self.rots.lock().iter() {
             r.disarm();
         }
+    }
+
+    /// Makes member `slot` answer every command `delay_ns` later (0: normal again).
+    pub fn set_delay(&self, slot: usize, delay_ns: u64) {
+        self.rots.lock()[slot].set_delay_ns(delay_ns);
     }
 
     /// Bit rot on RAM member `slot` (see [`Volatile::rot`]); false where nothing was stored.

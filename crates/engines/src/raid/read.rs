@@ -1,5 +1,6 @@
-//! Reads: each data chunk piece from its member; a piece whose member has failed or answers
-//! with an error is rebuilt from the stripe's other chunks (a degraded read).
+//! Reads: each data chunk piece from its member; a piece whose member has failed, answers
+//! with an error, fails its checksum, or is slow (see `SLOW_FACTOR`) is rebuilt from the
+//! stripe's other chunks (a degraded read).
 
 use futures_util::future::try_join_all;
 
@@ -58,7 +59,10 @@ impl Raid {
                 // whose blocks fail their checksum is, under the stripe lock, so that the
                 // damaged blocks are rebuilt and rewritten there.
                 let mut skip = Some(i);
-                if self.available(i, stripe) {
+                let routed = self.available(i, stripe) && self.route_around(i, stripe);
+                if routed {
+                    self.c.slow_reads_routed.inc();
+                } else if self.available(i, stripe) {
                     self.costs.charge_member_ios(1).await;
                     match self.read_member(i, p.data, lba, head).await {
                         Ok(damaged) if damaged.is_empty() => return Ok(()),
@@ -83,7 +87,15 @@ impl Raid {
                 };
                 self.pass_lock().await;
                 let lo = p.offset_blocks;
-                let shards = self.read_chunks(stripe, lo, lo + p.blocks, &[p.data], skip).await?;
+                let hi = lo + p.blocks;
+                let shards = match self.read_chunks(stripe, lo, hi, &[p.data], skip).await {
+                    // The others could not rebuild it (damage elsewhere in the row): the slow
+                    // member is needed after all.
+                    Err(DevError::Corrupt { .. }) if routed => {
+                        self.read_chunks(stripe, lo, hi, &[p.data], None).await?
+                    }
+                    r => r?,
+                };
                 head.copy_from_slice(shards[p.data].as_deref().expect("reconstructed"));
                 Ok::<(), DevError>(())
             });

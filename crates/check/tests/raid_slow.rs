@@ -1,0 +1,117 @@
+//! Goal: `raid` notices a member that has become much slower than its peers (a drive in
+//! trouble, 100x latency) and serves reads of that member's chunks by rebuilding them from the
+//! other members, as long as all of them hold the stripe; it still sends one read in
+//! `SLOW_PROBE_EVERY` to the slow member to measure it, and it never routes around when a second
+//! member is missing (then the slow one is needed).
+//!
+//! Method: a 4+1 array of RAM members with 10 us reads, one of them at 1 ms, on the simulated
+//! runtime. After writing the array, single-block reads at seeded random addresses; every read
+//! is checked against what was written, and each member's own read counter says where the
+//! reads went.
+
+use std::sync::Arc;
+
+use flashrig_blockdev::{BlockDevice, DevRef, WriteHints};
+use flashrig_check::seeds;
+use flashrig_devices::RamDevice;
+use flashrig_engines::raid::{Raid, RaidOptions, WriteMode, SLOW_PROBE_EVERY};
+use flashrig_runtime::{run, HostCosts, RuntimeKind};
+use rand_core::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+const BS: usize = 4096;
+const SLOW: usize = 2;
+
+fn build() -> (Raid, Vec<Arc<RamDevice>>) {
+    let rams: Vec<Arc<RamDevice>> = (0..5)
+        .map(|i| {
+            let latency_ns = if i == SLOW { 1_000_000 } else { 10_000 };
+            Arc::new(RamDevice::new(&format!("ram{i}"), BS as u32, 256, 16, latency_ns))
+        })
+        .collect();
+    let opt = RaidOptions {
+        k: 4,
+        m: 1,
+        chunk_blocks: 4,
+        write_mode: WriteMode::Any,
+        cache_stripes: 0,
+        costs: Arc::new(HostCosts::default()),
+        lock_model: None,
+    };
+    let devs = rams.iter().map(|r| r.clone() as DevRef).collect();
+    (Raid::new("raid", devs, opt).unwrap(), rams)
+}
+
+fn reads_of(r: &RamDevice) -> u64 {
+    r.metrics().unwrap().counter("reads").get()
+}
+
+fn content(lba: u64) -> Vec<u8> {
+    (0..BS).map(|i| (lba as usize * 31 + i) as u8).collect()
+}
+
+async fn fill(raid: &Raid) {
+    let n = raid.info().num_blocks;
+    let data: Vec<u8> = (0..n).flat_map(content).collect();
+    raid.write(0, &data, None, WriteHints::NONE).await.unwrap();
+}
+
+/// `count` single-block reads at random addresses, each checked.
+async fn read_randomly(raid: &Raid, rng: &mut Xoshiro256PlusPlus, count: usize, what: &str) {
+    let n = raid.info().num_blocks;
+    for _ in 0..count {
+        let lba = rng.next_u64() % n;
+        let mut buf = vec![0u8; BS];
+        raid.read(lba, &mut buf, None).await.unwrap();
+        assert!(buf == content(lba), "{what}: block {lba} read back wrong");
+    }
+}
+
+#[test]
+fn reads_route_around_a_member_a_hundred_times_slower() {
+    for seed in seeds(40, 3) {
+        let (res, _) = run(RuntimeKind::Sim, 1, move || async move {
+            let what = format!("seed {seed} (FLASHRIG_SEED={seed} to rerun)");
+            let (raid, rams) = build();
+            let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+            fill(&raid).await;
+            // Warm up: the averages learn the members' latencies.
+            read_randomly(&raid, &mut rng, 100, &what).await;
+            assert!(raid.is_slow(SLOW), "{what}: the 1 ms member is slow");
+            assert!((0..5).filter(|&i| i != SLOW).all(|i| !raid.is_slow(i)), "{what}");
+            let before: Vec<u64> = rams.iter().map(|r| reads_of(r)).collect();
+            let routed = raid.metrics().unwrap().counter("slow_reads_routed").get();
+            read_randomly(&raid, &mut rng, 1000, &what).await;
+            let served: Vec<u64> = rams.iter().zip(&before).map(|(r, b)| reads_of(r) - b).collect();
+            let routed = raid.metrics().unwrap().counter("slow_reads_routed").get() - routed;
+            // About a fifth of the reads want the slow member's chunks; all but the probes are
+            // rebuilt from the other four.
+            assert!(routed > 100, "{what}: {routed} reads routed around, served {served:?}");
+            assert!(
+                served[SLOW] <= routed / (SLOW_PROBE_EVERY - 1) + 2,
+                "{what}: the slow member served {} reads ({routed} routed around)",
+                served[SLOW]
+            );
+            assert!(served.iter().enumerate().all(|(i, &s)| i == SLOW || s > 200), "{served:?}");
+        });
+        res
+    }
+}
+
+#[test]
+fn with_another_member_missing_the_slow_member_is_read_anyway() {
+    let (res, _) = run(RuntimeKind::Sim, 1, || async {
+        let (raid, rams) = build();
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
+        fill(&raid).await;
+        read_randomly(&raid, &mut rng, 100, "warm-up").await;
+        assert!(raid.is_slow(SLOW));
+        raid.fail_member(0);
+        let before = reads_of(&rams[SLOW]);
+        let routed = raid.metrics().unwrap().counter("slow_reads_routed").get();
+        read_randomly(&raid, &mut rng, 300, "degraded").await;
+        assert_eq!(raid.metrics().unwrap().counter("slow_reads_routed").get(), routed);
+        assert!(reads_of(&rams[SLOW]) - before > 100, "the slow member serves: it is needed");
+    });
+    res
+}
