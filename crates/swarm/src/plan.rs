@@ -265,7 +265,7 @@ fn draw_rot(rng: &mut Xoshiro256PlusPlus, stack: &StackSpec, ops: u64) -> Rot {
     };
     // Members answer at once in the swarm, so "100x slower" is a fixed delay of the order of
     // a flash read instead; the engine compares a member with its peers.
-    let slow = (promise.routes_around_slow && rng.next_u64() % 2 == 0)
+    let slow = (promise.routes_around_slow && rng.next_u64().is_multiple_of(2))
         .then(|| (pick(rng, &damaged), pick(rng, &[50_000, 200_000, 1_000_000])));
     Rot { flips, writes, slow }
 }

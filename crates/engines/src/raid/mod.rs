@@ -312,7 +312,7 @@ impl Raid {
         {
             return false;
         }
-        self.state[i].slow_reads.fetch_add(1, Ordering::Relaxed) % SLOW_PROBE_EVERY != 0
+        !self.state[i].slow_reads.fetch_add(1, Ordering::Relaxed).is_multiple_of(SLOW_PROBE_EVERY)
     }
 
     /// Members marked failed (not counting one being rebuilt).
