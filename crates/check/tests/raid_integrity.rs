@@ -183,7 +183,7 @@ fn a_row_damaged_beyond_parity_answers_corrupt_never_wrong_data() {
 }
 
 #[test]
-fn with_two_parity_chunks_a_scrub_repairs_lost_and_misdirected_writes() {
+fn with_two_parity_chunks_a_locating_scrub_repairs_lost_and_misdirected_writes() {
     let (res, _) = run(RuntimeKind::Sim, 1, move || async move {
         let (k, m) = (4, 2);
         let a = build(k, m, 16);
@@ -206,7 +206,7 @@ fn with_two_parity_chunks_a_scrub_repairs_lost_and_misdirected_writes() {
             a.raid.write(lba, &want[lba as usize], None, WriteHints::NONE).await.unwrap();
             rot.disarm();
             // One damaged chunk per scrub round: each is located on its own.
-            let r = scrub(&a.raid).await;
+            let r = a.raid.scrub_locating().await.unwrap();
             assert!(r.unrepairable == 0, "member {n}: {r:?}");
         }
         let lost: u64 = a.rots.iter().map(|r| r.counts().lost_writes).sum();

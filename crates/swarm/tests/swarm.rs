@@ -56,6 +56,8 @@ fn check_coverage(t: &Tally, stacks: &BTreeMap<String, u64>) {
     assert!(t.losses_during_rebuild > 0, "no member lost during a rebuild: {t:?}");
     assert!(t.overloads > 0 && t.overload_refused_reads > 0, "no overload: {t:?}");
     assert!(t.landed_blocks > 0 && t.open_blocks > 0, "no torn blocks: {t:?}");
+    assert!(t.flipped_blocks > 0 && t.scrubs > 0 && t.scrub_repaired > 0, "no rot: {t:?}");
+    assert!(t.slow_rounds > 0 && t.slow_reads_routed > 0, "no slow member: {t:?}");
     if seeds_per_shard() >= SEEDS_PER_SHARD {
         for s in catalogue() {
             assert!(stacks.contains_key(&s.name), "stack {} never drawn", s.name);

@@ -19,8 +19,8 @@
 //! What the seal cannot see is a *lost* write on one member (the old block, with its valid
 //! old seal, stays): an array that updates in place has no record of which version a block
 //! should hold short of a journal. A lost write shows as parity that disagrees with checksummed
-//! data, which only a scrub (or a later read-modify-write) reads; see [`Raid::scrub`] for
-//! what it can repair. docs/raid.md discusses the choice.
+//! data, which only a scrub (or a later read-modify-write) reads; see [`Raid::scrub`] and
+//! [`Raid::scrub_locating`] for what they repair. docs/raid.md discusses the choice.
 
 use flashrig_blockdev::{DevError, DevResult, ScrubReport, WriteHints};
 
@@ -140,12 +140,26 @@ impl Raid {
     /// Walks every stripe under its lock: reads all chunks, verifies every block, rebuilds
     /// and rewrites the ones that fail, then checks parity against the (verified) data.
     ///
-    /// Parity that disagrees with data whose checksums all pass means a write was lost (or the
-    /// blocks carry no checksums). With two or more parity chunks the one chunk that makes the
-    /// row consistent when rebuilt from the others is found and rewritten (RAID-6's single
-    /// error correction); with one parity chunk the culprit cannot be told apart, and parity
-    /// is recomputed from the data, as md's `repair` does. Both are counted.
+    /// Parity that disagrees with data whose checksums all pass is recomputed from the data
+    /// (md's `repair`; counted in `redundancy_mismatches`). After a crash that is the resync
+    /// closing the write hole: the data blocks are each an old or a new version, and parity
+    /// that missed an update is what is stale. See [`Raid::scrub_locating`] for lost writes.
     pub async fn scrub(&self) -> DevResult<ScrubReport> {
+        self.scrub_rows(false).await
+    }
+
+    /// [`Raid::scrub`], but with two or more parity chunks a row that disagrees is first
+    /// searched for the one chunk that makes it consistent when rebuilt from the others
+    /// (RAID-6's single-error correction), which is rewritten: this repairs a data write a
+    /// member lost, which the plain scrub would bake into parity. Only for an array that has
+    /// not crashed since its last resync: after a crash several chunks of a row can be
+    /// stale at once, and the reliability swarm found rows where a single chunk rebuilt from
+    /// stale parity "explained" the row with a version older than one already flushed.
+    pub async fn scrub_locating(&self) -> DevResult<ScrubReport> {
+        self.scrub_rows(true).await
+    }
+
+    async fn scrub_rows(&self, locate: bool) -> DevResult<ScrubReport> {
         let mut report = ScrubReport::default();
         let (k, m, n) = (self.geo.k, self.geo.m, self.geo.members());
         let chunk = self.geo.chunk_blocks;
@@ -177,7 +191,11 @@ impl Raid {
                 report.redundancy_mismatches += 1;
                 self.c.parity_mismatches.inc();
                 let row: Vec<&[u8]> = chunks.iter().map(|c| &c[at.clone()]).collect();
-                match self.locate_bad_chunk(&row)? {
+                let located = match locate {
+                    true => self.locate_bad_chunk(&row)?,
+                    false => None,
+                };
+                match located {
                     Some((index, block)) => heals.push((index, b, block)),
                     None => {
                         for (r, p) in parity.iter().enumerate() {
