@@ -19,6 +19,12 @@
 //! the new stripe). A stripe not filled is padded. Cleaners running at once claim the blocks
 //! they chose, so no block is moved twice.
 //!
+//! Every block read is checked (`integrity`) and healed from redundancy. A block that no copy
+//! holds intact is not moved: the stripe is packed without it, and it stays where it is
+//! (reads of it keep answering `DevError::Corrupt`) until the user overwrites or trims it.
+//! Moving it would give the corrupt contents a fresh checksum, or a parity that rebuilds them
+//! as if they were right.
+//!
 //! Freed rows are reused only after a *barrier*: a flush of every member that started after
 //! the row was freed (a user flush counts). Until then the row may hold the only durable copy
 //! of something its replacement has not yet made durable. Then the row is trimmed on its
@@ -31,7 +37,7 @@ use futures_util::future::join_all;
 use flashrig_blockdev::{DevError, DevResult, WriteHints};
 use flashrig_runtime::sleep_ns;
 
-use super::format::{BlockMd, ParityKey, Tag, FORMAT_VERSION};
+use super::format::{BlockMd, ParityKey, Tag};
 use super::read::runs;
 use super::state::{Loc, Mode, Need, Source};
 use super::Inner;
@@ -181,10 +187,11 @@ impl Inner {
             self.c.conversions_started.inc();
         }
         match self.build_stripe(row, gen, &sources).await {
-            Ok(stripe_seq) => {
+            Ok((stripe_seq, kept, stuck)) => {
                 let moved = {
                     let mut t = self.tables.lock();
-                    t.commit_stripe(row, &sources, stripe_seq)
+                    t.stick(&stuck);
+                    t.commit_stripe(row, &kept, stripe_seq)
                 };
                 let bs = self.block_bytes() as u64;
                 let d = self.geo.stripe_data_blocks();
@@ -195,7 +202,7 @@ impl Inner {
                 }
                 self.c.converted_bytes.add(moved.from_log * bs);
                 self.c.gc_moved_bytes.add(moved.from_stripes * bs);
-                self.c.padding_blocks.add(d - sources.len() as u64);
+                self.c.padding_blocks.add(d - kept.len() as u64);
                 let updates = moved.from_log + moved.from_stripes;
                 self.c.map_updates.add(updates);
                 self.costs.charge_map_updates(updates).await;
@@ -209,8 +216,14 @@ impl Inner {
     }
 
     /// Reads the sources, computes parity and writes stripe row `row`; returns the stripe's
-    /// sequence number.
-    async fn build_stripe(&self, row: u64, gen: u16, sources: &[Source]) -> DevResult<u64> {
+    /// sequence number, the sources it holds (in order) and the sources left where they are
+    /// because no copy of them is intact.
+    async fn build_stripe(
+        &self,
+        row: u64,
+        gen: u16,
+        sources: &[Source],
+    ) -> DevResult<(u64, Vec<Source>, Vec<Source>)> {
         let (bs, mdb) = (self.block_bytes(), self.md_bytes);
         let (k, m, c) = (self.geo.k, self.geo.m, self.geo.chunk_blocks as usize);
         let chunk_bytes = c * bs;
@@ -218,8 +231,21 @@ impl Inner {
         // sources' part of `data`, the padding is zeroed here, and encoding writes every byte
         // of the parity.
         let mut data = self.bufs.take(k * chunk_bytes);
+        let lost = self.read_sources(sources, &mut data[..sources.len() * bs]).await?;
+        let (mut kept, mut stuck) = (Vec::with_capacity(sources.len()), Vec::new());
+        for (i, s) in sources.iter().enumerate() {
+            if lost.binary_search(&i).is_ok() {
+                stuck.push(*s);
+            } else {
+                // Packed without the stuck ones: later blocks move up.
+                if kept.len() != i {
+                    data.copy_within(i * bs..(i + 1) * bs, kept.len() * bs);
+                }
+                kept.push(*s);
+            }
+        }
+        let sources = kept.as_slice();
         data[sources.len() * bs..].fill(0);
-        self.read_sources(sources, &mut data[..sources.len() * bs]).await?;
         self.costs.charge_copy((sources.len() * bs) as u64).await;
         let mut parity: Vec<Vec<u8>> = (0..m).map(|_| self.bufs.take(chunk_bytes)).collect();
         {
@@ -230,6 +256,7 @@ impl Inner {
             self.c.parity_bytes.add((m * chunk_bytes) as u64);
         }
         let stripe_seq = self.tables.lock().alloc_seq();
+        let lba = self.geo.member_lba(row);
         // Per-chunk metadata, code order (data 0..k, then parity).
         let mut mds: Vec<Vec<u8>> = Vec::with_capacity(k + m);
         for d in 0..k {
@@ -244,21 +271,20 @@ impl Inner {
                     },
                     None => BlockMd::item(Tag::StripePad, 0, d, stripe_seq, gen),
                 };
-                bm.encode(mb, block);
+                bm.encode(mb, lba + b as u64, block);
             }
             mds.push(md);
         }
         for (r, p) in parity.iter().enumerate() {
-            let key = ParityKey { row, k, m, r, version: FORMAT_VERSION };
+            let key = ParityKey { row, k, m, r, version: self.format_version };
             let mut md = vec![0u8; c * mdb];
-            for (mb, block) in md.chunks_exact_mut(mdb).zip(p.chunks_exact(bs)) {
-                BlockMd::parity(key, stripe_seq, gen).encode(mb, block);
+            for (b, (mb, block)) in md.chunks_exact_mut(mdb).zip(p.chunks_exact(bs)).enumerate() {
+                BlockMd::parity(key, stripe_seq, gen).encode(mb, lba + b as u64, block);
             }
             mds.push(md);
         }
         let _row = self.rowlocks.shared(row).await;
         let missing = self.tables.lock().row(row).missing;
-        let lba = self.geo.member_lba(row);
         let results = join_all((0..k + m).map(|x| {
             let i = self.geo.chunk_member(row, x);
             let bytes =
@@ -300,11 +326,12 @@ impl Inner {
                 ),
             });
         }
-        Ok(stripe_seq)
+        Ok((stripe_seq, kept, stuck))
     }
 
-    /// Reads the sources' blocks, in order, into `buf`.
-    async fn read_sources(&self, sources: &[Source], buf: &mut [u8]) -> DevResult<()> {
+    /// Reads the sources' blocks, in order, into `buf`; returns the sources (indices,
+    /// ascending) no copy of which is intact.
+    async fn read_sources(&self, sources: &[Source], buf: &mut [u8]) -> DevResult<Vec<usize>> {
         let bs = self.block_bytes();
         let plan: Vec<(u64, Loc)> =
             sources.iter().enumerate().map(|(i, s)| (i as u64, s.loc)).collect();
@@ -316,7 +343,12 @@ impl Inner {
             rest = tail;
             futs.push(self.read_run(run.loc, run.count, head, run.first));
         }
-        join_all(futs).await.into_iter().collect::<DevResult<Vec<()>>>().map(|_| ())
+        let mut lost = Vec::new();
+        for (run, r) in runs.iter().zip(join_all(futs).await) {
+            lost.extend(r?.into_iter().map(|b| (run.first + b as u64) as usize));
+        }
+        lost.sort_unstable();
+        Ok(lost)
     }
 
     /// A flush of every member; rows freed before it started may be reused once it completes.

@@ -15,9 +15,10 @@
 //!
 //! Files: [`layout`] (rows, replica sets, stripes, capacity), [`format`] (per-block metadata
 //! and trim records on the members), `state` (the host's tables), [`locks`] (row locks),
-//! `write` (replication and trims), `read` (normal and degraded reads), `clean` (conversion,
+//! `write` (replication and trims), `read` (normal and degraded reads), `integrity` (checking
+//! every block read against what it must hold, and self-heal), `scrub`, `clean` (conversion,
 //! GC, flush barriers), `rebuild`, `recover` ([`Twophase::open`]). docs/twophase.md describes
-//! the design, the on-disk format and recovery.
+//! the design, the on-disk format, integrity and recovery.
 //!
 //! Crash consistency: every member block carries its user LBA, a global sequence number and
 //! its row's generation in its metadata (members need at least 16 metadata bytes per block,
@@ -26,15 +27,23 @@
 //! block. Trims are durable as trim records in the log. A row is reused only after a member
 //! flush that started after it was freed, so nothing that recovery might need is overwritten
 //! before what replaced it is durable.
+//!
+//! Integrity: with 24 metadata bytes per block, every block carries a checksum of its data,
+//! address and metadata, and every read checks it against what the tables expect there; a bad
+//! copy is read from redundancy and rewritten, and a block bad on every copy answers
+//! `DevError::Corrupt`. `vendor(VendorCommand::Scrub)` checks every live block and its
+//! redundancy ([`Twophase::integrity`]).
 
 pub mod format;
 pub mod layout;
 pub mod locks;
 
 mod clean;
+mod integrity;
 mod read;
 mod rebuild;
 mod recover;
+mod scrub;
 mod state;
 mod write;
 
@@ -43,7 +52,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use flashrig_blockdev::{
-    check_io, check_range, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, WriteHints,
+    check_io, check_range, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, VendorCommand,
+    VendorReply, WriteHints,
 };
 use flashrig_erasure::Codec;
 use flashrig_metrics::{Counter, Registry};
@@ -128,6 +138,20 @@ pub struct TwophaseStats {
     pub trim_records: u64,
 }
 
+/// Where the current version of a user block is stored ([`Twophase::placement`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// The row holding it.
+    pub row: u64,
+    /// In a stripe row (otherwise replicated in a log row).
+    pub striped: bool,
+    /// (member, member LBA) of every copy: the m + 1 replicas in the order a one-block read
+    /// of the block tries them (the first choice rotates with the LBA), or the one data block
+    /// of a stripe (its parity is at the same member LBA on the row's parity members,
+    /// [`TwophaseGeometry::parity_member`]).
+    pub copies: Vec<(usize, u64)>,
+}
+
 /// A two-phase-write array: a handle on the engine's state, which its background conversion
 /// tasks share.
 pub struct Twophase {
@@ -144,6 +168,11 @@ pub(crate) struct Inner {
     failed: Vec<AtomicBool>,
     /// Metadata bytes per member block.
     md_bytes: usize,
+    /// Every member writes a block's metadata atomically with its data, so a block whose
+    /// checksum fails was damaged after it was written, not torn by a crash.
+    md_atomic: bool,
+    /// The format version written in parity metadata ([`format::format_version`]).
+    format_version: u64,
     tables: Mutex<Tables>,
     rowlocks: locks::RowLocks,
     /// One GC at a time (key 0).
@@ -192,6 +221,9 @@ struct Counters {
     rebuilt_rows: Arc<Counter>,
     rebuilt_bytes: Arc<Counter>,
     repaired_blocks: Arc<Counter>,
+    checksum_errors: Arc<Counter>,
+    healed_blocks: Arc<Counter>,
+    unrepairable_blocks: Arc<Counter>,
 }
 
 impl Counters {
@@ -227,6 +259,9 @@ impl Counters {
             rebuilt_rows: r.counter("rebuilt_rows"),
             rebuilt_bytes: r.counter("rebuilt_bytes"),
             repaired_blocks: r.counter("repaired_blocks"),
+            checksum_errors: r.counter("checksum_errors"),
+            healed_blocks: r.counter("healed_blocks"),
+            unrepairable_blocks: r.counter("unrepairable_blocks"),
         }
     }
 }
@@ -265,6 +300,16 @@ impl Twophase {
         self.inner.geo
     }
 
+    /// Whether the members' blocks carry checksums (members with at least
+    /// [`format::MD_BYTES_CHECKSUM`] metadata bytes per block): then every read and the scrub
+    /// catch silent corruption as well as lost and misdirected writes, and heal them from
+    /// redundancy. Without (16 metadata bytes) only the metadata is compared with what the
+    /// tables expect, which catches lost and misdirected writes where the metadata differs but
+    /// not corrupt data.
+    pub fn integrity(&self) -> bool {
+        self.inner.integrity()
+    }
+
     /// Parity engine in use (`isa-l` or `rust`).
     pub fn parity_backend(&self) -> &'static str {
         self.inner.codec.backend()
@@ -282,6 +327,35 @@ impl Twophase {
     /// Rows that hold a complete stripe right now (for checking parity from outside).
     pub fn stripe_rows(&self) -> Vec<u64> {
         self.inner.stripe_rows()
+    }
+
+    /// Where user block `lba` is stored right now (for tests and tools that look at the
+    /// members); `None` when it holds nothing (never written, or trimmed).
+    pub fn placement(&self, lba: u64) -> Option<Placement> {
+        let geo = self.inner.geo;
+        let t = self.inner.tables.lock();
+        let state::Target::At(loc) = t.map.get(&lba)?.target else { return None };
+        Some(match loc {
+            state::Loc::Log { row, set, off } => {
+                let (copies, pref) = (geo.copies(), read::first_replica(&geo, lba));
+                let at = geo.member_lba(row) + off as u64;
+                Placement {
+                    row,
+                    striped: false,
+                    copies: (0..copies)
+                        .map(|a| (geo.set_member(row, set as usize, (pref + a) % copies), at))
+                        .collect(),
+                }
+            }
+            state::Loc::Stripe { row, idx } => {
+                let (d, off) = (idx as u64 / geo.chunk_blocks, idx as u64 % geo.chunk_blocks);
+                Placement {
+                    row,
+                    striped: true,
+                    copies: vec![(geo.data_member(row, d as usize), geo.member_lba(row) + off)],
+                }
+            }
+        })
     }
 
     /// Members marked failed (not counting one being rebuilt).
@@ -382,6 +456,7 @@ impl Inner {
         let metrics = Registry::new(name);
         let c = Counters::new(&metrics);
         let n = k + m;
+        let md_atomic = members.iter().all(|d| d.info().caps.md_atomic);
         Ok(Inner {
             info,
             geo,
@@ -390,6 +465,8 @@ impl Inner {
             incarnation: (0..n).map(|_| AtomicU64::new(0)).collect(),
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
             md_bytes: md,
+            md_atomic,
+            format_version: format::format_version(md),
             tables: Mutex::new(Tables::new(geo)),
             rowlocks: locks::RowLocks::default(),
             cleaner: StripeLocks::default(),
@@ -506,15 +583,21 @@ impl Inner {
         }
     }
 
-    /// Reads from member `i` (with metadata when `md` is given); `Ok(false)` as for writes.
+    /// Reads from member `i` (with metadata when `md` is given) if the slot still holds the
+    /// device of incarnation `inc`; `Ok(false)` as for writes, and when the slot got a
+    /// replacement since the caller looked (it holds nothing of the caller's row yet).
     async fn read_member(
         &self,
         i: usize,
+        inc: u64,
         lba: u64,
         buf: &mut [u8],
         md: Option<&mut [u8]>,
     ) -> DevResult<bool> {
-        let (dev, inc) = self.member(i);
+        let (dev, now) = self.member(i);
+        if now != inc {
+            return Ok(false);
+        }
         self.costs.charge_member_ios(1).await;
         match dev.read(lba, buf, md).await {
             Ok(()) => Ok(true),
@@ -619,6 +702,15 @@ impl BlockDevice for Twophase {
 
     async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
         self.inner.clone().user_trim(lba, num_blocks).await
+    }
+
+    /// `Scrub`: checks every live block and its redundancy, repairs what redundancy allows
+    /// (see `scrub`). Other vendor commands are not supported.
+    async fn vendor(&self, cmd: VendorCommand<'_>) -> DevResult<VendorReply> {
+        match cmd {
+            VendorCommand::Scrub => Ok(VendorReply::Scrubbed(self.inner.scrub().await?)),
+            _ => Err(DevError::Unsupported { command: "vendor" }),
+        }
     }
 }
 

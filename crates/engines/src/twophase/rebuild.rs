@@ -8,6 +8,10 @@
 //! - a stripe row: the member's chunk is reconstructed from k others, and its metadata
 //!   regenerated from the host's reverse map (the same bytes the conversion wrote).
 //!
+//! The blocks it copies or rebuilds from are checked like any read (`integrity`): a bad
+//! source copy is healed, and a block that cannot be rebuilt intact is written so that it
+//! reads as corrupt rather than as right.
+//!
 //! A write that skipped the member while it was failed marks its row missing there; rebuild
 //! repeats until no live row is marked, then flushes the replacement.
 
@@ -15,8 +19,9 @@ use std::sync::atomic::Ordering;
 
 use flashrig_blockdev::{DevError, DevRef, DevResult, WriteHints};
 
-use super::format::{BlockMd, ParityKey, Tag, FORMAT_VERSION};
-use super::state::{Kind, Owner};
+use super::format::BlockMd;
+use super::read::LogRead;
+use super::state::{Expect, Kind, Loc};
 use super::Inner;
 
 impl Inner {
@@ -76,10 +81,36 @@ impl Inner {
                 t.clear_missing(r, slot);
                 return Ok(());
             }
+            let (kind, gen) = (row.kind, row.gen);
             let fills: Vec<u32> = row.sets.iter().map(|s| s.fill).collect();
-            let snap = (row.kind, row.gen, fills, row.owners.clone(), row.stripe_seq);
+            let exps: Vec<Vec<Expect>> = match kind {
+                // Log blocks are checked where they are valid; the rest (holes, blocks a
+                // write waiting for this row's lock has reserved, versions overwritten since)
+                // are copied as found.
+                Kind::Log => fills
+                    .iter()
+                    .enumerate()
+                    .map(|(set, &fill)| {
+                        (0..fill)
+                            .map(|off| {
+                                let loc = Loc::Log { row: r, set: set as u32, off };
+                                let o = t.row(r).sets[set].owners[off as usize];
+                                if t.is_valid(o, loc) {
+                                    t.expect(loc)
+                                } else {
+                                    Expect::Any
+                                }
+                            })
+                            .collect()
+                    })
+                    .collect(),
+                _ => {
+                    let x = self.geo.chunk_index(r, slot);
+                    vec![t.expect_chunk(r, x, 0, self.geo.chunk_blocks)]
+                }
+            };
             t.pin(r);
-            snap
+            (kind, gen, exps)
         };
         let res = self.rebuild_row_pinned(r, slot, snapshot).await;
         let mut t = self.tables.lock();
@@ -95,26 +126,36 @@ impl Inner {
         &self,
         r: u64,
         slot: usize,
-        (kind, gen, fills, owners, stripe_seq): (Kind, u16, Vec<u32>, Vec<Owner>, u64),
+        (kind, gen, exps): (Kind, u16, Vec<Vec<Expect>>),
     ) -> DevResult<()> {
         let (bs, mdb) = (self.block_bytes(), self.md_bytes);
-        let (k, m, c) = (self.geo.k, self.geo.m, self.geo.chunk_blocks as usize);
+        let (m, c) = (self.geo.m, self.geo.chunk_blocks as usize);
         let lba = self.geo.member_lba(r);
         let (data, md) = match kind {
             Kind::Log => {
                 let Some((set, j)) = self.geo.set_of_member(r, slot) else { return Ok(()) };
-                let fill = fills[set] as usize;
+                let fill = exps[set].len();
                 if fill == 0 {
                     return Ok(());
                 }
                 let mut data = vec![0u8; fill * bs];
                 let mut md = vec![0u8; fill * mdb];
-                self.read_log(r, set, 0, &mut data, Some(&mut md), (j + 1) % (m + 1), Some(slot))
-                    .await?;
-                for mb in md.chunks_exact_mut(mdb) {
-                    if let Ok(Some(b)) = BlockMd::decode(mb) {
-                        if b.tag.is_log() && b.gen == gen {
-                            BlockMd::set_index(mb, j);
+                let read = LogRead {
+                    row: r,
+                    set,
+                    off: 0,
+                    pref: (j + 1) % (m + 1),
+                    skip: Some(slot),
+                    locked: true,
+                };
+                // Blocks no copy holds intact are copied as found: `reindex` keeps a failing
+                // checksum failing, and an older version keeps its metadata, so reads of the
+                // new copy still see them for what they are.
+                self.read_log(&read, &mut data, Some(&mut md), Some(exps[set].clone())).await?;
+                for (b, mb) in md.chunks_exact_mut(mdb).enumerate() {
+                    if let Ok(Some(bm)) = BlockMd::decode(mb) {
+                        if bm.tag.is_log() && bm.gen == gen {
+                            BlockMd::reindex(mb, j, lba + b as u64, &data[b * bs..][..bs]);
                         }
                     }
                 }
@@ -122,30 +163,32 @@ impl Inner {
             }
             Kind::Stripe => {
                 let x = self.geo.chunk_index(r, slot);
-                let mut shards = self.read_chunks(r, 0, c as u64, &[x], Some(slot)).await?;
-                let data = shards[x].take().expect("reconstructed");
+                let mut sr = self.read_stripe(r, 0, c as u64, &[x], Some(slot), true).await?;
+                let data = sr.chunks[x].take().expect("reconstructed");
                 let mut md = vec![0u8; c * mdb];
                 for (b, (mb, block)) in
                     md.chunks_exact_mut(mdb).zip(data.chunks_exact(bs)).enumerate()
                 {
-                    let bm = if x < k {
-                        let o = owners[x * c + b];
-                        match o.trim() {
-                            Some(rec) => {
-                                let start =
-                                    self.tables.lock().trims.get(&rec).map_or(0, |t| t.start);
-                                BlockMd::item(Tag::StripeTrim, start, x, rec, gen)
-                            }
-                            None if o.is_item() => {
-                                BlockMd::item(Tag::StripeData, o.key, x, o.seq, gen)
-                            }
-                            None => BlockMd::item(Tag::StripePad, 0, x, stripe_seq, gen),
+                    let e = exps[0][b];
+                    // A trim record the tables forgot takes its first LBA from its contents.
+                    let bm = self.expected_md(e, r, x, block).or(match e {
+                        Expect::Item { tag, seq, gen, .. } => {
+                            Some(BlockMd::item(tag, 0, x, seq, gen))
                         }
-                    } else {
-                        let key = ParityKey { row: r, k, m, r: x - k, version: FORMAT_VERSION };
-                        BlockMd::parity(key, stripe_seq, gen)
-                    };
-                    bm.encode(mb, block);
+                        _ => None,
+                    });
+                    if let Some(bm) = bm {
+                        bm.encode(mb, lba + b as u64, block);
+                    }
+                    // A block that could not be rebuilt must not read as intact: with a
+                    // checksum it carries a wrong one, without it no metadata at all.
+                    if sr.lost.contains(&(x, b as u32)) {
+                        if self.integrity() {
+                            BlockMd::poison(mb);
+                        } else {
+                            mb.fill(0);
+                        }
+                    }
                 }
                 (data, md)
             }

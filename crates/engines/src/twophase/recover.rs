@@ -17,12 +17,22 @@
 //!    covers them (trim records are applied in sequence order);
 //! 5. **rebuild free lists**: rows with valid items are live (every log set sealed), the rest
 //!    are freed;
-//! 6. **repair replicas**: a replicated block found in fewer than m + 1 copies (its write was
-//!    cut short) gets its missing copies;
+//! 6. **repair replicas**: a replicated block found in fewer than m + 1 intact copies (its
+//!    write was cut short, or a copy is damaged) gets its missing copies, and stripe blocks
+//!    rebuilt from parity in step 2 are written back;
 //! 7. **flush members**: what recovery found and repaired is durable, and freed rows may be
 //!    reused.
 //!
 //! Every member must be present and readable (open does not run degraded).
+//!
+//! Blocks whose checksum fails (24 metadata bytes) are *damaged*: on members that write
+//! metadata atomically with data they were corrupted after they were written; on others they
+//! may also be torn by the crash. A damaged copy of a replicated block is rewritten from an
+//! intact one. A damaged stripe block is rebuilt from the other chunks when at most m blocks of
+//! its offset are damaged and the result matches the checksum it carries; otherwise the stripe
+//! is torn on non-atomic members, and kept (with the block reading as corrupt) on atomic ones.
+//! On atomic members, an item whose newest version is damaged on every copy is still mapped
+//! there, so reads answer `DevError::Corrupt` instead of an older version.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -31,7 +41,7 @@ use futures_util::future::{join_all, LocalBoxFuture};
 use flashrig_blockdev::{DevError, DevRef, DevResult, WriteHints};
 use flashrig_runtime::now_ns;
 
-use super::format::{gen_newer, BlockMd, Tag, TrimRecord};
+use super::format::{gen_newer, BlockMd, Tag, TrimRecord, FORMAT_VERSION};
 use super::state::{Entry, Kind, Loc, Owner, Tables, Target, Trim, HOLE, TRIM_KEY};
 use super::{Inner, Twophase, TwophaseOptions};
 
@@ -81,6 +91,13 @@ pub struct RecoveryReport {
     pub trim_records: u64,
     /// Replica copies written by the repair step.
     pub repaired_copies: u64,
+    /// Current blocks whose checksum failed (damaged, or torn on non-atomic members).
+    pub checksum_errors: u64,
+    /// Damaged blocks rewritten with their right contents (a replica copied from an intact
+    /// one, a stripe block rebuilt from parity).
+    pub healed_blocks: u64,
+    /// Damaged blocks that could not be repaired; reads of them answer `DevError::Corrupt`.
+    pub unrepairable_blocks: u64,
     /// The sequence number the array continues with.
     pub next_seq: u64,
 }
@@ -88,7 +105,10 @@ pub struct RecoveryReport {
 /// One replica set as found: the item at each offset and which replicas hold it.
 struct SetScan {
     owners: Vec<Owner>,
+    /// Replicas holding an intact copy of the offset's item.
     copies: Vec<u64>,
+    /// Replicas holding a damaged copy of it.
+    damaged: Vec<u64>,
     fill: u32,
 }
 
@@ -106,20 +126,39 @@ enum RowScan {
     Stripe {
         gen: u16,
         owners: Vec<Owner>,
+        /// Data blocks left damaged (could not be rebuilt).
+        damaged: Vec<bool>,
         stripe_seq: u64,
     },
 }
 
-/// A copy of an item and how it ranks against others of the same sequence number.
+/// A copy of an item and how it ranks against others of the same sequence number: intact
+/// copies before damaged ones, then stripes before the log, and later stripes first.
 #[derive(Clone, Copy)]
 struct Cand {
     seq: u64,
+    intact: bool,
     rank: (u8, u64),
     loc: Loc,
 }
 
-/// One decoded block: its metadata and, for trim records, the record.
-type Found = Option<(BlockMd, Option<TrimRecord>)>;
+/// One decoded block: its metadata and whether its checksum holds (intact trim records are
+/// registered in `Recovery::records` as they are decoded).
+#[derive(Clone, Copy)]
+struct FoundBlock {
+    md: BlockMd,
+    intact: bool,
+}
+
+type Found = Option<FoundBlock>;
+
+/// A stripe block rebuilt from parity during the scan, to be written back.
+struct Repair {
+    member: usize,
+    lba: u64,
+    data: Vec<u8>,
+    md: Vec<u8>,
+}
 
 struct Recovery<'e> {
     eng: &'e Inner,
@@ -132,6 +171,8 @@ struct Recovery<'e> {
     trims: HashMap<u64, Trim>,
     /// Live log rows' replica sets as found, for the repair step.
     rows_copies: Vec<(u64, Vec<SetScan>)>,
+    /// Stripe blocks rebuilt during the scan, for the repair step.
+    repairs: Vec<Repair>,
 }
 
 impl Twophase {
@@ -156,6 +197,7 @@ impl Twophase {
                 map: BTreeMap::new(),
                 trims: HashMap::new(),
                 rows_copies: Vec::new(),
+                repairs: Vec::new(),
             };
             for (name, step) in STEPS {
                 let t0 = now_ns();
@@ -167,6 +209,9 @@ impl Twophase {
             }
             rec.report
         };
+        eng.c.checksum_errors.add(report.checksum_errors);
+        eng.c.healed_blocks.add(report.healed_blocks);
+        eng.c.unrepairable_blocks.add(report.unrepairable_blocks);
         eng.recovery = Some(report);
         Ok(Twophase::wrap(eng))
     }
@@ -198,63 +243,102 @@ impl Recovery<'_> {
                 d.read(lba, &mut data, Some(&mut md)).await.map(|()| (data, md))
             });
             let mut found: Vec<Vec<Found>> = Vec::with_capacity(members.len());
+            let (mut datas, mut mds) = (Vec::new(), Vec::new());
             for res in join_all(reads).await {
                 let (data, md) = res?;
                 let mut blocks = Vec::with_capacity(c);
-                for (block, mb) in data.chunks_exact(bs).zip(md.chunks_exact(mdb)) {
-                    blocks.push(self.decode(block, mb)?);
+                for (o, (block, mb)) in data.chunks_exact(bs).zip(md.chunks_exact(mdb)).enumerate()
+                {
+                    blocks.push(self.decode(block, mb, lba + o as u64)?);
                 }
                 found.push(blocks);
+                datas.push(data);
+                mds.push(md);
             }
             self.report.blocks_scanned += (members.len() * c) as u64;
-            let scan = self.classify(r, &found)?;
+            let scan = self.classify(r, &found, &mut datas, &mds)?;
             self.rows.push(scan);
         }
         Ok(())
     }
 
-    fn decode(&mut self, block: &[u8], md: &[u8]) -> DevResult<Found> {
+    fn decode(&mut self, block: &[u8], md: &[u8], lba: u64) -> DevResult<Found> {
         let Some(b) = BlockMd::decode(md)? else { return Ok(None) };
         self.max_seq = self.max_seq.max(b.seq);
-        // A block whose data is not the data its metadata was written with (a member without
-        // atomic metadata, cut off by the crash) is as good as never written.
-        if !BlockMd::checksum_ok(md, block) {
-            return Ok(None);
+        let intact = BlockMd::checksum_ok(md, lba, block);
+        if !intact && BlockMd::is_version_1(md, block) {
+            return Err(DevError::Invalid(format!(
+                "the block at member LBA {lba} was written by format version 1, whose checksum \
+                 covers the data alone; this version ({FORMAT_VERSION}) also covers address and \
+                 metadata and does not open version 1 arrays with checksums"
+            )));
         }
-        if matches!(b.tag, Tag::LogTrim | Tag::StripeTrim) {
-            return Ok(match TrimRecord::decode(block) {
+        if intact && matches!(b.tag, Tag::LogTrim | Tag::StripeTrim) {
+            // A record block whose checksum holds but whose contents do not parse as the
+            // record is as good as never written.
+            match TrimRecord::decode(block) {
                 Some(t) if t.seq == b.seq => {
                     self.records.insert(t.seq, t);
-                    Some((b, Some(t)))
                 }
-                _ => None,
-            });
+                _ => return Ok(None),
+            }
         }
-        Ok(Some((b, None)))
+        Ok(Some(FoundBlock { md: b, intact }))
     }
 
-    fn classify(&mut self, r: u64, found: &[Vec<Found>]) -> DevResult<RowScan> {
+    fn classify(
+        &mut self,
+        r: u64,
+        found: &[Vec<Found>],
+        datas: &mut [Vec<u8>],
+        mds: &[Vec<u8>],
+    ) -> DevResult<RowScan> {
         let geo = self.eng.geo;
         let (k, m, c) = (geo.k, geo.m, geo.chunk_blocks as usize);
-        let mut gen: Option<u16> = None;
-        for (b, _) in found.iter().flatten().flatten() {
-            gen = match gen {
-                Some(g) if !gen_newer(b.gen, g) => Some(g),
-                _ => Some(b.gen),
-            };
-        }
-        let Some(g) = gen else { return Ok(RowScan::Empty) };
-        let current = |i: usize, o: usize| found[i][o].as_ref().filter(|(b, _)| b.gen == g);
-        let any = |f: fn(Tag) -> bool| {
-            (0..found.len()).any(|i| (0..c).any(|o| current(i, o).is_some_and(|(b, _)| f(b.tag))))
+        let atomic = self.eng.md_atomic;
+        // The row's current use: the newest generation among intact blocks; on atomic members,
+        // among damaged ones when none is intact (a row whose every block was corrupted).
+        let newest = |intact: bool| {
+            let mut gen: Option<u16> = None;
+            for f in found.iter().flatten().flatten().filter(|f| f.intact == intact) {
+                gen = match gen {
+                    Some(g) if !gen_newer(f.md.gen, g) => Some(g),
+                    _ => Some(f.md.gen),
+                };
+            }
+            gen
         };
-        let (log, stripe) = (any(Tag::is_log), any(Tag::is_stripe));
+        let Some(g) = newest(true).or_else(|| if atomic { newest(false) } else { None }) else {
+            return Ok(RowScan::Empty);
+        };
+        let at = |i: usize, o: usize| found[i][o].filter(|f| f.md.gen == g);
+        let any = |f: fn(Tag) -> bool, intact: bool| {
+            (0..found.len()).any(|i| {
+                (0..c).any(|o| at(i, o).is_some_and(|b| b.intact == intact && f(b.md.tag)))
+            })
+        };
+        let (mut log, mut stripe) = (any(Tag::is_log, true), any(Tag::is_stripe, true));
         if log && stripe {
             return Err(DevError::Invalid(format!(
                 "row {r} holds log and stripe blocks of one generation: the members are not one \
                  twophase array in this order"
             )));
         }
+        if !log && !stripe {
+            // Only damaged blocks: what they say is all there is.
+            (log, stripe) = (any(Tag::is_log, false), any(Tag::is_stripe, false));
+            if log == stripe {
+                return Ok(RowScan::Dead { gen: g });
+            }
+        }
+        // Damaged blocks of this generation, counted once here.
+        let damaged_blocks = found
+            .iter()
+            .flatten()
+            .flatten()
+            .filter(|f| !f.intact && f.md.gen == g && f.md.tag.is_log() == log)
+            .count() as u64;
+        self.report.checksum_errors += damaged_blocks;
         let order = |i: usize, what: &str| {
             DevError::Invalid(format!(
                 "row {r}: member {i} holds {what}: the members are given in another order, or \
@@ -262,99 +346,261 @@ impl Recovery<'_> {
             ))
         };
         if log {
-            let mut sets: Vec<SetScan> = (0..geo.sets_per_row)
-                .map(|_| SetScan { owners: vec![Owner::HOLE; c], copies: vec![0; c], fill: 0 })
-                .collect();
-            for (i, blocks) in found.iter().enumerate() {
-                let Some((s, j)) = geo.set_of_member(r, i) else { continue };
-                for o in 0..blocks.len() {
-                    let Some((b, _)) = current(i, o) else { continue };
-                    if b.index != j {
-                        return Err(order(
-                            i,
-                            &format!("replica {} where replica {j} belongs", b.index),
-                        ));
-                    }
-                    let owner = match b.tag {
-                        Tag::LogTrim => Owner { key: TRIM_KEY | b.seq, seq: b.seq },
-                        _ => Owner { key: b.key, seq: b.seq },
-                    };
-                    let set = &mut sets[s];
-                    if set.owners[o].key == HOLE || owner.seq > set.owners[o].seq {
-                        set.owners[o] = owner;
-                        set.copies[o] = 1 << j;
-                    } else if set.owners[o] == owner {
-                        set.copies[o] |= 1 << j;
-                    }
-                    set.fill = set.fill.max(o as u32 + 1);
-                }
-            }
-            return Ok(RowScan::Log { gen: g, sets });
+            return self.classify_log(r, g, found, &order);
         }
         let mut owners = vec![Owner::PAD; k * c];
         let mut stripe_seq = None;
         let mut complete = true;
+        // Damaged blocks that fit the stripe: (member, code index, offset).
+        let mut damaged: Vec<(usize, usize, usize)> = Vec::new();
         for i in 0..found.len() {
             let x = geo.chunk_index(r, i);
             for o in 0..c {
-                let Some((b, _)) = current(i, o) else {
+                let Some(b) = at(i, o) else {
                     complete = false;
                     continue;
                 };
-                if x < k {
-                    if b.tag == Tag::Parity || b.index != x {
-                        return Err(order(
-                            i,
-                            &format!("a block of chunk {} where chunk {x} belongs", b.index),
-                        ));
+                // A damaged block that does not fit its place counts as absent; an intact one
+                // means the members are not this array.
+                let misfit = |what: String| {
+                    if b.intact {
+                        Err(order(i, &what))
+                    } else {
+                        Ok(())
                     }
-                    owners[x * c + o] = match b.tag {
-                        Tag::StripeData => Owner { key: b.key, seq: b.seq },
-                        Tag::StripeTrim => Owner { key: TRIM_KEY | b.seq, seq: b.seq },
+                };
+                let b_md = b.md;
+                if x < k {
+                    if b_md.tag == Tag::Parity || !b_md.tag.is_stripe() || b_md.index != x {
+                        misfit(format!("a block of chunk {} where chunk {x} belongs", b_md.index))?;
+                        complete = false;
+                        continue;
+                    }
+                    owners[x * c + o] = match b_md.tag {
+                        Tag::StripeData => Owner { key: b_md.key, seq: b_md.seq },
+                        Tag::StripeTrim => Owner { key: TRIM_KEY | b_md.seq, seq: b_md.seq },
                         _ => Owner::PAD,
                     };
                 } else {
-                    let Some(p) = b.parity else {
-                        return Err(order(i, "a data block where parity belongs"));
+                    let Some(p) = b_md.parity else {
+                        misfit("a data block where parity belongs".into())?;
+                        complete = false;
+                        continue;
                     };
                     if p.k != k || p.m != m {
-                        return Err(DevError::Invalid(format!(
-                            "row {r}: parity written for a {}+{} array, opened as {k}+{m}",
-                            p.k, p.m
-                        )));
+                        if b.intact {
+                            return Err(DevError::Invalid(format!(
+                                "row {r}: parity written for a {}+{} array, opened as {k}+{m}",
+                                p.k, p.m
+                            )));
+                        }
+                        complete = false;
+                        continue;
                     }
                     if p.row != r || p.r != x - k {
-                        return Err(order(
-                            i,
-                            &format!("parity row {} of stripe row {}", p.r, p.row),
-                        ));
+                        misfit(format!("parity row {} of stripe row {}", p.r, p.row))?;
+                        complete = false;
+                        continue;
+                    }
+                    if p.version != self.eng.format_version {
+                        if b.intact {
+                            return Err(DevError::Invalid(format!(
+                                "row {r}: parity of format version {}, this array's members \
+                                 ({} metadata bytes) are read as version {}",
+                                p.version, self.eng.md_bytes, self.eng.format_version
+                            )));
+                        }
+                        complete = false;
+                        continue;
                     }
                     match stripe_seq {
-                        None => stripe_seq = Some(b.seq),
-                        Some(s) if s != b.seq => complete = false,
+                        None => stripe_seq = Some(b_md.seq),
+                        Some(s) if s != b_md.seq => complete = false,
                         Some(_) => {}
+                    }
+                }
+                if !b.intact {
+                    damaged.push((i, x, o));
+                }
+            }
+        }
+        let Some(stripe_seq) = stripe_seq.filter(|_| complete) else {
+            self.report.torn_stripes += 1;
+            return Ok(RowScan::Dead { gen: g });
+        };
+        let mut left = vec![false; k * c];
+        if !damaged.is_empty() {
+            let lost = self.rebuild_damaged(r, &damaged, datas, mds)?;
+            if !lost.is_empty() && !atomic {
+                // On members without atomic metadata a block that cannot be rebuilt to match
+                // its checksum may be torn by the crash: the stripe is torn.
+                self.report.torn_stripes += 1;
+                return Ok(RowScan::Dead { gen: g });
+            }
+            self.report.unrepairable_blocks += lost.len() as u64;
+            for (x, o) in lost {
+                if x < k {
+                    left[x * c + o] = true;
+                    // A damaged trim record cannot be read: it is not offered as one.
+                    if owners[x * c + o].trim().is_some() {
+                        owners[x * c + o] = Owner::PAD;
                     }
                 }
             }
         }
-        match (complete, stripe_seq) {
-            (true, Some(stripe_seq)) => Ok(RowScan::Stripe { gen: g, owners, stripe_seq }),
-            _ => {
-                self.report.torn_stripes += 1;
-                Ok(RowScan::Dead { gen: g })
-            }
-        }
+        Ok(RowScan::Stripe { gen: g, owners, damaged: left, stripe_seq })
     }
 
-    fn offer(&mut self, owner: Owner, loc: Loc, rank: (u8, u64)) {
+    /// Rebuilds the damaged blocks of a complete stripe row from the others (offset by
+    /// offset, where at most m are damaged) and keeps each one that then matches the checksum
+    /// it carries, for the repair step; trim records among them are registered. Returns the
+    /// blocks (code index, offset) that could not be rebuilt.
+    fn rebuild_damaged(
+        &mut self,
+        r: u64,
+        damaged: &[(usize, usize, usize)],
+        datas: &mut [Vec<u8>],
+        mds: &[Vec<u8>],
+    ) -> DevResult<Vec<(usize, usize)>> {
+        let eng = self.eng;
+        let geo = eng.geo;
+        let (n, m) = (geo.members(), geo.m);
+        let (bs, mdb) = (eng.block_bytes(), eng.md_bytes);
+        let mut lost = Vec::new();
+        let mut offsets: Vec<usize> = damaged.iter().map(|&(_, _, o)| o).collect();
+        offsets.sort_unstable();
+        offsets.dedup();
+        for o in offsets {
+            let here: Vec<(usize, usize)> =
+                damaged.iter().filter(|d| d.2 == o).map(|&(i, x, _)| (i, x)).collect();
+            if here.len() > m {
+                lost.extend(here.iter().map(|&(_, x)| (x, o)));
+                continue;
+            }
+            let present: Vec<bool> = (0..n).map(|x| !here.iter().any(|&(_, hx)| hx == x)).collect();
+            {
+                let mut by_member: Vec<Option<&mut [u8]>> =
+                    datas.iter_mut().map(|d| Some(&mut d[o * bs..(o + 1) * bs])).collect();
+                let mut shards: Vec<&mut [u8]> = (0..n)
+                    .map(|x| by_member[geo.chunk_member(r, x)].take().expect("each member once"))
+                    .collect();
+                eng.codec
+                    .reconstruct_slices(&mut shards, &present)
+                    .map_err(|e| DevError::Invalid(e.to_string()))?;
+            }
+            let lba = geo.member_lba(r) + o as u64;
+            for (i, x) in here {
+                let data = &datas[i][o * bs..(o + 1) * bs];
+                let md = &mds[i][o * mdb..(o + 1) * mdb];
+                if !BlockMd::checksum_ok(md, lba, data) {
+                    lost.push((x, o));
+                    continue;
+                }
+                if let Ok(Some(b)) = BlockMd::decode(md) {
+                    if b.tag == Tag::StripeTrim {
+                        match TrimRecord::decode(data) {
+                            Some(t) if t.seq == b.seq => {
+                                self.records.insert(t.seq, t);
+                            }
+                            _ => {
+                                lost.push((x, o));
+                                continue;
+                            }
+                        }
+                    }
+                }
+                self.repairs.push(Repair { member: i, lba, data: data.to_vec(), md: md.to_vec() });
+            }
+        }
+        Ok(lost)
+    }
+
+    /// The log part of [`Recovery::classify`]: generation `g` of row `r` is a log row.
+    fn classify_log(
+        &mut self,
+        r: u64,
+        g: u16,
+        found: &[Vec<Found>],
+        order: &dyn Fn(usize, &str) -> DevError,
+    ) -> DevResult<RowScan> {
+        let geo = self.eng.geo;
+        let c = geo.chunk_blocks as usize;
+        let atomic = self.eng.md_atomic;
+        let new_set = || SetScan {
+            owners: vec![Owner::HOLE; c],
+            copies: vec![0; c],
+            damaged: vec![0; c],
+            fill: 0,
+        };
+        let mut sets: Vec<SetScan> = (0..geo.sets_per_row).map(|_| new_set()).collect();
+        // Per set and offset, the newest item only damaged copies hold, and which.
+        let mut only_damaged: Vec<Vec<(Owner, u64)>> =
+            (0..geo.sets_per_row).map(|_| vec![(Owner::HOLE, 0); c]).collect();
+        for (i, blocks) in found.iter().enumerate() {
+            let Some((s, j)) = geo.set_of_member(r, i) else { continue };
+            for (o, f) in blocks.iter().enumerate() {
+                let Some(b) = f.filter(|f| f.md.gen == g && f.md.tag.is_log()) else { continue };
+                let owner = match b.md.tag {
+                    Tag::LogTrim => Owner { key: TRIM_KEY | b.md.seq, seq: b.md.seq },
+                    _ => Owner { key: b.md.key, seq: b.md.seq },
+                };
+                if !b.intact {
+                    // Damaged copies of trim records are never offered: the record cannot be
+                    // read from them.
+                    if b.md.index == j && b.md.tag == Tag::LogData {
+                        let d = &mut only_damaged[s][o];
+                        if d.0.key == HOLE || owner.seq > d.0.seq {
+                            *d = (owner, 1 << j);
+                        } else if d.0 == owner {
+                            d.1 |= 1 << j;
+                        }
+                    }
+                    continue;
+                }
+                if b.md.index != j {
+                    return Err(order(
+                        i,
+                        &format!("replica {} where replica {j} belongs", b.md.index),
+                    ));
+                }
+                let set = &mut sets[s];
+                if set.owners[o].key == HOLE || owner.seq > set.owners[o].seq {
+                    set.owners[o] = owner;
+                    set.copies[o] = 1 << j;
+                } else if set.owners[o] == owner {
+                    set.copies[o] |= 1 << j;
+                }
+                set.fill = set.fill.max(o as u32 + 1);
+            }
+        }
+        for (set, dmg) in sets.iter_mut().zip(&only_damaged) {
+            for (o, &(owner, mask)) in dmg.iter().enumerate() {
+                if owner.key == HOLE {
+                    continue;
+                }
+                if set.owners[o] == owner {
+                    set.damaged[o] = mask;
+                } else if set.owners[o].key == HOLE && atomic {
+                    // Every copy of the newest version here is damaged: it is still the
+                    // newest, and reads of it answer `Corrupt` (not an older version).
+                    set.owners[o] = owner;
+                    set.damaged[o] = mask;
+                    set.fill = set.fill.max(o as u32 + 1);
+                }
+            }
+        }
+        Ok(RowScan::Log { gen: g, sets })
+    }
+
+    fn offer(&mut self, owner: Owner, loc: Loc, intact: bool, rank: (u8, u64)) {
         if !owner.is_item() {
             return;
         }
-        let cand = Cand { seq: owner.seq, rank, loc };
+        let cand = Cand { seq: owner.seq, intact, rank, loc };
         self.best
             .entry(owner.key)
             .and_modify(|b| {
-                if (cand.seq, cand.rank) > (b.seq, b.rank) {
+                if (cand.seq, cand.intact, cand.rank) > (b.seq, b.intact, b.rank) {
                     *b = cand;
                 }
             })
@@ -370,13 +616,15 @@ impl Recovery<'_> {
                     for (s, set) in sets.iter().enumerate() {
                         for off in 0..set.fill {
                             let loc = Loc::Log { row: r, set: s as u32, off };
-                            self.offer(set.owners[off as usize], loc, (0, 0));
+                            let intact = set.copies[off as usize] != 0;
+                            self.offer(set.owners[off as usize], loc, intact, (0, 0));
                         }
                     }
                 }
-                RowScan::Stripe { owners, stripe_seq, .. } => {
+                RowScan::Stripe { owners, damaged, stripe_seq, .. } => {
                     for (idx, &o) in owners.iter().enumerate() {
-                        self.offer(o, Loc::Stripe { row: r, idx: idx as u32 }, (1, *stripe_seq));
+                        let loc = Loc::Stripe { row: r, idx: idx as u32 };
+                        self.offer(o, loc, !damaged[idx], (1, *stripe_seq));
                     }
                 }
                 RowScan::Empty | RowScan::Dead { .. } => {}
@@ -447,7 +695,7 @@ impl Recovery<'_> {
                     // Kept for the repair step.
                     self.rows_copies.push((r, sets));
                 }
-                RowScan::Stripe { gen, owners, stripe_seq } => {
+                RowScan::Stripe { gen, owners, stripe_seq, .. } => {
                     let mut row = t.blank_row(Kind::Stripe, gen);
                     row.owners = owners;
                     row.stripe_seq = stripe_seq;
@@ -472,28 +720,51 @@ impl Recovery<'_> {
         for (r, sets) in std::mem::take(&mut self.rows_copies) {
             for (s, set) in sets.iter().enumerate() {
                 for off in 0..set.fill {
-                    let (owner, have) = (set.owners[off as usize], set.copies[off as usize]);
+                    let o = off as usize;
+                    let (owner, have) = (set.owners[o], set.copies[o]);
                     let loc = Loc::Log { row: r, set: s as u32, off };
                     if have == full || !eng.tables.lock().is_valid(owner, loc) {
                         continue;
                     }
-                    let from =
-                        (0..copies).find(|&j| have & (1 << j) != 0).expect("found in a copy");
+                    if have == 0 {
+                        // Every copy is damaged: nothing to copy from.
+                        self.report.unrepairable_blocks += 1;
+                        continue;
+                    }
                     let mut data = vec![0u8; bs];
                     let mut md = vec![0u8; mdb];
                     let lba = eng.geo.member_lba(r) + off as u64;
-                    let src = eng.geo.set_member(r, s, from);
-                    let (dev, _) = eng.member(src);
-                    dev.read(lba, &mut data, Some(&mut md)).await?;
+                    // The first intact copy (checked again: the scan kept only its verdict).
+                    let mut source = None;
+                    for from in (0..copies).filter(|&j| have & (1 << j) != 0) {
+                        let (dev, _) = eng.member(eng.geo.set_member(r, s, from));
+                        dev.read(lba, &mut data, Some(&mut md)).await?;
+                        if BlockMd::checksum_ok(&md, lba, &data) {
+                            source = Some(from);
+                            break;
+                        }
+                    }
+                    if source.is_none() {
+                        self.report.unrepairable_blocks += 1;
+                        continue;
+                    }
                     for j in (0..copies).filter(|&j| have & (1 << j) == 0) {
-                        BlockMd::set_index(&mut md, j);
+                        BlockMd::reindex(&mut md, j, lba, &data);
                         let (dev, _) = eng.member(eng.geo.set_member(r, s, j));
                         dev.write(lba, &data, Some(&md), WriteHints::NONE).await?;
                         self.report.repaired_copies += 1;
                         eng.c.repaired_blocks.inc();
+                        if set.damaged[o] & (1 << j) != 0 {
+                            self.report.healed_blocks += 1;
+                        }
                     }
                 }
             }
+        }
+        for fix in std::mem::take(&mut self.repairs) {
+            let (dev, _) = eng.member(fix.member);
+            dev.write(fix.lba, &fix.data, Some(&fix.md), WriteHints::NONE).await?;
+            self.report.healed_blocks += 1;
         }
         Ok(())
     }

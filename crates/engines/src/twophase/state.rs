@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::format::next_gen;
+use super::format::{next_gen, Tag};
 use super::layout::TwophaseGeometry;
 
 /// Key of stripe padding.
@@ -59,6 +59,23 @@ impl Loc {
             Loc::Log { row, .. } | Loc::Stripe { row, .. } => row,
         }
     }
+}
+
+/// What a member block must hold, as the tables know it: the metadata it was written with
+/// (its replica or chunk index follows from the member it is read from). Readers compare what
+/// they find with this, so a block that is not the version the mapping expects (an older one
+/// left by a lost write, another block written there by mistake) is caught even without a
+/// checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// Nothing is known (a log position that holds no item): taken as found.
+    Any,
+    /// A user block, trim record or stripe padding. `key` is `None` for a trim record the
+    /// tables no longer hold (nothing refers to it): its first LBA is then read from the
+    /// record's contents.
+    Item { tag: Tag, key: Option<u64>, seq: u64, gen: u16 },
+    /// A parity block of the stripe written by conversion `seq`.
+    Parity { seq: u64, gen: u16 },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,6 +253,10 @@ pub struct Tables {
     /// Blocks some cleaner has chosen and not committed yet, so that concurrent cleaners
     /// (background conversions and GC) never move the same block twice.
     claimed: std::collections::HashSet<Loc>,
+    /// Valid blocks no copy of which is intact: the cleaner leaves them where they are (moving
+    /// them would give corrupt contents a fresh checksum). An entry goes when its row is
+    /// reused; recovery starts without any, and the cleaner finds them again.
+    stuck: std::collections::HashSet<Loc>,
     free: BTreeSet<u64>,
     pending: BTreeSet<u64>,
     trimming: u64,
@@ -270,6 +291,7 @@ impl Tables {
             convert_stalls: 0,
             convert_error: None,
             claimed: std::collections::HashSet::new(),
+            stuck: std::collections::HashSet::new(),
             free: (0..geo.rows).collect(),
             pending: BTreeSet::new(),
             trimming: 0,
@@ -426,8 +448,8 @@ impl Tables {
         }
         row.kind = Kind::Pending;
         row.freed_epoch = epoch;
-        row.sets = Vec::new();
-        row.owners = Vec::new();
+        // The reverse map stays until the row is reused: a reader that pinned the row before
+        // it was freed still checks what it reads against it (see `expect`).
         row.valid = 0;
         if self.open_row == Some(r) {
             self.open_row = None;
@@ -647,7 +669,8 @@ impl Tables {
     fn valid_items(&self, r: u64, out: &mut Vec<Source>, limit: usize) {
         let row = self.row(r);
         let mut push = |t: &Tables, owner: Owner, loc: Loc| {
-            if out.len() < limit && !t.claimed.contains(&loc) && t.is_valid(owner, loc) {
+            let skip = t.claimed.contains(&loc) || t.stuck.contains(&loc);
+            if out.len() < limit && !skip && t.is_valid(owner, loc) {
                 let trim_start = owner.trim().map_or(0, |rec| t.trims[&rec].start);
                 out.push(Source { owner, loc, trim_start });
             }
@@ -710,6 +733,16 @@ impl Tables {
         out
     }
 
+    /// Sources the cleaner could not move because no copy of them is intact: unpinned, and
+    /// left out of every later plan while their row lives.
+    pub fn stick(&mut self, sources: &[Source]) {
+        for s in sources {
+            self.unpin(s.loc.row());
+            self.claimed.remove(&s.loc);
+            self.stuck.insert(s.loc);
+        }
+    }
+
     /// Lets go of a plan that will not be carried out (no row for it).
     pub fn unplan(&mut self, sources: &[Source]) {
         for s in sources {
@@ -728,6 +761,60 @@ impl Tables {
 
     pub fn gen_of(&self, r: u64) -> u16 {
         self.row(r).gen
+    }
+
+    /// What the block at `loc` must hold: the item of the row's reverse map (whose sequence
+    /// number is the mapping's when the block is valid) with the row's generation. Asked only
+    /// for rows that are live or pinned, whose reverse map is kept.
+    pub fn expect(&self, loc: Loc) -> Expect {
+        let row = self.row(loc.row());
+        let gen = row.gen;
+        let (owner, log) = match loc {
+            Loc::Log { set, off, .. } => {
+                (row.sets.get(set as usize).and_then(|s| s.owners.get(off as usize)).copied(), true)
+            }
+            Loc::Stripe { idx, .. } => (row.owners.get(idx as usize).copied(), false),
+        };
+        let Some(o) = owner else { return Expect::Any };
+        if o.key == HOLE || (o.key == PAD && log) {
+            return Expect::Any;
+        }
+        if o.key == PAD {
+            return Expect::Item { tag: Tag::StripePad, key: Some(0), seq: row.stripe_seq, gen };
+        }
+        match o.trim() {
+            Some(rec) => Expect::Item {
+                tag: if log { Tag::LogTrim } else { Tag::StripeTrim },
+                key: self.trims.get(&rec).map(|t| t.start),
+                seq: rec,
+                gen,
+            },
+            None => Expect::Item {
+                tag: if log { Tag::LogData } else { Tag::StripeData },
+                key: Some(o.key),
+                seq: o.seq,
+                gen,
+            },
+        }
+    }
+
+    /// What blocks `lo..hi` of chunk `x` (code order: data `0..k`, then parity) of stripe row
+    /// `r` must hold.
+    pub fn expect_chunk(&self, r: u64, x: usize, lo: u64, hi: u64) -> Vec<Expect> {
+        let c = self.geo.chunk_blocks;
+        if x < self.geo.k {
+            (lo..hi)
+                .map(|b| self.expect(Loc::Stripe { row: r, idx: (x as u64 * c + b) as u32 }))
+                .collect()
+        } else {
+            let row = self.row(r);
+            vec![Expect::Parity { seq: row.stripe_seq, gen: row.gen }; (hi - lo) as usize]
+        }
+    }
+
+    /// What offsets `lo..hi` of replica set `set` of log row `r` must hold.
+    pub fn expect_set(&self, r: u64, set: usize, lo: u32, hi: u32) -> Vec<Expect> {
+        (lo..hi).map(|off| self.expect(Loc::Log { row: r, set: set as u32, off })).collect()
     }
 
     /// The cleaner's stripe reached the members: items still current at their source move to
@@ -805,9 +892,15 @@ impl Tables {
             .copied()
             .filter(|&r| self.row(r).freed_epoch < self.barrier_passed && self.row(r).pins == 0)
             .collect();
+        if !self.stuck.is_empty() {
+            self.stuck.retain(|l| !rows.contains(&l.row()));
+        }
         for &r in &rows {
             self.pending.remove(&r);
-            self.row_mut(r).kind = Kind::Trimming;
+            let row = self.row_mut(r);
+            row.kind = Kind::Trimming;
+            row.sets = Vec::new();
+            row.owners = Vec::new();
         }
         self.trimming += rows.len() as u64;
         rows

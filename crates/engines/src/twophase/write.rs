@@ -17,7 +17,7 @@ use futures_util::future::join_all;
 
 use flashrig_blockdev::{DevError, DevResult, WriteHints};
 
-use super::format::{BlockMd, Tag, TrimRecord};
+use super::format::{data_hash, BlockMd, Tag, TrimRecord};
 use super::state::{Need, Piece, TRIM_KEY};
 use super::Inner;
 
@@ -158,21 +158,22 @@ impl Inner {
         let _row = self.rowlocks.shared(p.row).await;
         let (bs, mdb) = (self.block_bytes(), self.md_bytes);
         let copies = self.geo.copies();
-        let mut md0 = vec![0u8; p.count as usize * mdb];
-        for (b, (m, d)) in md0.chunks_exact_mut(mdb).zip(data.chunks_exact(bs)).enumerate() {
-            BlockMd::item(tag, key(b as u64), 0, seq, p.gen).encode(m, d);
-        }
+        let lba = self.geo.member_lba(p.row) + p.off as u64;
+        // The checksum covers each replica's own index, so each copy gets its own metadata;
+        // the data's hash is computed once for all of them.
+        let sums: Vec<Option<u64>> =
+            data.chunks_exact(bs).map(|d| self.integrity().then(|| data_hash(d))).collect();
         let mds: Vec<Vec<u8>> = (0..copies)
             .map(|j| {
-                let mut md = md0.clone();
-                if j > 0 {
-                    md.chunks_exact_mut(mdb).for_each(|m| BlockMd::set_index(m, j));
+                let mut md = vec![0u8; p.count as usize * mdb];
+                for (b, m) in md.chunks_exact_mut(mdb).enumerate() {
+                    let bm = BlockMd::item(tag, key(b as u64), j, seq, p.gen);
+                    bm.encode_summed(m, lba + b as u64, sums[b]);
                 }
                 md
             })
             .collect();
         let missing = self.tables.lock().row(p.row).missing;
-        let lba = self.geo.member_lba(p.row) + p.off as u64;
         let results = join_all(mds.iter().enumerate().map(|(j, md)| {
             let i = self.geo.set_member(p.row, p.set, j);
             async move {
