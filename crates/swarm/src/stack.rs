@@ -16,6 +16,7 @@ use flashrig_blockdev::{DevError, DevRef, DevResult};
 use flashrig_check::{Fuse, Rot, RotCounts, Store, Trigger, Unflushed, Volatile, WriteFault};
 use flashrig_engines::raid::{self, Raid, RaidOptions, WriteMode};
 use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions};
+use flashrig_engines::twophase::format::MD_BYTES_CHECKSUM;
 use flashrig_engines::twophase::{Twophase, TwophaseOptions};
 use flashrig_engines::{Concat, Stripe};
 use flashrig_runtime::HostCosts;
@@ -26,8 +27,11 @@ use parking_lot::Mutex;
 /// Block size of RAM members.
 pub const RAM_BLOCK_BYTES: u32 = 4096;
 /// Metadata bytes per block of RAM members (what the redundant engines need for their
-/// block headers).
+/// block headers; `twophase` members get `TWOPHASE_MD_BYTES`).
 pub const RAM_MD_BYTES: u32 = 16;
+/// `twophase` keeps a checksum only with 24 metadata bytes per block (its 16-byte header is
+/// full); with 16 it still catches lost writes from the header alone (docs/twophase.md).
+pub const TWOPHASE_MD_BYTES: u32 = 24;
 
 /// The engine at the top of a stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,7 +125,8 @@ impl StackSpec {
         // `raid` seals blocks when members keep metadata bytes, but updates in place: a lost
         // write leaves an old block with a valid seal, which only a scrub can find.
         let (heals, catches_lost) = match self.engine {
-            Engine::Raid { .. } => (RAM_MD_BYTES as usize >= raid::MD_BYTES, false),
+            Engine::Raid { .. } => (self.ram_md_bytes() as usize >= raid::MD_BYTES, false),
+            Engine::Twophase { .. } => (self.ram_md_bytes() as usize >= MD_BYTES_CHECKSUM, true),
             _ => (false, false),
         };
         Promise {
@@ -168,6 +173,14 @@ impl StackSpec {
     }
 
     /// Blocks per RAM member (engines with a transient area or a log need more room).
+    /// Metadata bytes per block of the stack's RAM members.
+    pub fn ram_md_bytes(&self) -> u32 {
+        match self.engine {
+            Engine::Twophase { .. } => TWOPHASE_MD_BYTES,
+            _ => RAM_MD_BYTES,
+        }
+    }
+
     pub fn ram_member_blocks(&self) -> u64 {
         match self.engine {
             Engine::Scala { .. } => 2048,
@@ -403,7 +416,7 @@ impl Members {
                         &format!("vol{i}"),
                         RAM_BLOCK_BYTES,
                         n,
-                        RAM_MD_BYTES,
+                        self.spec.ram_md_bytes(),
                         st.clone(),
                     ))
                 })
@@ -539,7 +552,7 @@ impl Members {
                 &format!("vol{i}r"),
                 RAM_BLOCK_BYTES,
                 self.spec.ram_member_blocks(),
-                RAM_MD_BYTES,
+                self.spec.ram_md_bytes(),
                 st,
             ));
             self.live.lock()[i] = v.clone();
