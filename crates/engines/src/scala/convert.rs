@@ -8,6 +8,14 @@
 //! members) reads the k primary chunks, encodes on the space manager's reactor, writes the m
 //! parity chunks and trims the VHs. Either way the data chunks never move: they are already in
 //! the HH.
+//!
+//! Host conversion checks every block it reads against the AMT and repairs a bad primary copy
+//! from a backup before computing parity over it. An offloaded conversion reads the backup
+//! copies inside the SSD, where the host cannot check them: a backup that rotted between its
+//! write and the conversion is folded into the parity data. The parity's metadata is the
+//! parity of the records, which that rot does not touch, so a later reconstruction through
+//! that parity fails its checksum (it is never returned as data), and a scrub finds the parity
+//! disagreeing with the verified data and recomputes it (docs/scala.md, "Integrity").
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -30,6 +38,10 @@ impl Inner {
         while self.t.inflight[s as usize].load(Relaxed) > 0 {
             sleep_ns(1_000).await;
         }
+        // Held to the end: a repair of one of the stripe's blocks must not rewrite a chunk
+        // between the reads the parity is computed from and the parity's write (or while the
+        // SSDs convert), and a scrub must not see the stripe half converted.
+        let _g = self.stripe_locks.lock(s).await;
         let g = &self.geo;
         let vhs: Vec<u32> = (0..g.m).map(|i| self.t.vh(s, i)).collect();
         let offload = self.offload
@@ -103,8 +115,10 @@ impl Inner {
         Ok(())
     }
 
-    /// Host-side parity of stripe `s`: reads its k data chunks with their metadata, encodes
-    /// the m rows over both, writes them to the parity members.
+    /// Host-side parity of stripe `s` (the caller holds its lock): reads its k data chunks with
+    /// their metadata, checks every block the AMT maps there (a bad primary copy is repaired
+    /// from a backup first, so the parity protects the right data), encodes the m rows over
+    /// data and metadata, and writes them to the parity members.
     pub(crate) async fn write_parity(&self, s: u64) -> DevResult<()> {
         let g = &self.geo;
         let bs = self.bs();
@@ -117,9 +131,11 @@ impl Inner {
             .iter_mut()
             .zip(mds.iter_mut())
             .enumerate()
-            .map(|(j, (d, m))| self.read_slot(s, j, 0, d, Some(m)));
+            .map(|(j, (d, m))| self.read_slot_verified(s, j, 0, d, m, true));
         for r in join_all(reads).await {
-            // On an error the buffers are dropped, not pooled: errors are rare.
+            // On an error the buffers are dropped, not pooled: errors are rare. A block lost
+            // beyond redundancy is encoded as it is: the parity then agrees with the chunk,
+            // and reads of the block keep answering `Corrupt`.
             r?;
         }
         self.opts.costs.charge_member_ios(g.k as u64).await;

@@ -14,11 +14,9 @@ use super::layout::{ScalaGeometry, CKPT_HEADER_BYTES};
 /// Metadata bytes per block the engine needs from its members.
 pub const MD_BYTES: usize = 16;
 
-/// Metadata bytes needed when members do not write metadata atomically with the data (a file
-/// with a sidecar): the record then carries a checksum of the block's data.
-pub const MD_BYTES_CHECKSUM: usize = 16;
-
-pub const SUPER_MAGIC: &[u8; 8] = b"FRSCALA2";
+/// Version 3: every block record carries a crc32c and names the AFA block it is a copy of
+/// (docs/scala.md, "Integrity"). Arrays of versions 1 and 2 are refused.
+pub const SUPER_MAGIC: &[u8; 8] = b"FRSCALA3";
 const CKPT_MAGIC: &[u8; 8] = b"FRSCCKP1";
 const DELTA_MAGIC: &[u8; 8] = b"FRSCDLT1";
 
@@ -32,44 +30,79 @@ const TRIM_MAGIC: &[u8; 8] = b"FRSCTRM1";
 /// |---|---|
 /// | 0..4 | user block number (LE u32) |
 /// | 4..8 | timestamp of the write that produced the version (LE u32, 0 = never written) |
-/// | 8 | slot of the stripe the block belongs to |
-/// | 9..12 | zero |
-/// | 12..16 | crc32c of the block's data and bytes 0..12, or 0 when the member's metadata is atomic |
+/// | 8..12 | AFA block number of the copy's home: stripe, slot and offset (LE u32) |
+/// | 12..16 | crc32c of the block's data, then of bytes 0..12 |
 ///
-/// The SSD LPN of the PMT entry is the block's own address, so it is not stored.
+/// The primary copy and the m backup copies of a block carry the same record: the AFA block
+/// names the block's place in the stripe, not the member LBA the copy sits at. The SSD's
+/// conversion computes the parity chunk's metadata over the backup copies' records, and
+/// recovery compares it with the parity of the primary copies' records (§5.4), so the records
+/// of the copies must be equal. The reader knows the AFA block of every place it reads (an HH
+/// chunk, or a VH the HGMT names), so a record found at another place than its own (a
+/// misdirected write) fails, as does a place that holds an older version than the AMT maps
+/// there (a lost write): the AMT keeps each block's timestamp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Oob {
     pub user_block: u32,
     pub ts: u32,
-    pub slot: u8,
+    pub afa: u32,
+}
+
+/// What a block's metadata says once checked against the block's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seal {
+    /// No record (timestamp 0): never written since the place was last trimmed.
+    Unwritten,
+    /// A record whose checksum matches the data.
+    Valid(Oob),
+    /// A record whose checksum does not match: rot in the data or the metadata, a torn write
+    /// on a member without atomic metadata, or a block marked corrupt by a move
+    /// ([`Oob::encode_poisoned`]).
+    Invalid,
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 impl Oob {
-    pub fn encode(&self, data: Option<&[u8]>, out: &mut [u8]) {
+    fn crc(data: &[u8], record: &[u8]) -> u32 {
+        crc32c::crc32c_append(crc32c::crc32c(data), &record[..12])
+    }
+
+    /// Encodes the record of a copy holding `data` into `out` (at least [`MD_BYTES`]).
+    pub fn encode(&self, data: &[u8], out: &mut [u8]) {
         out[..MD_BYTES].fill(0);
         out[0..4].copy_from_slice(&self.user_block.to_le_bytes());
         out[4..8].copy_from_slice(&self.ts.to_le_bytes());
-        out[8] = self.slot;
-        if let Some(d) = data {
-            let crc = crc32c::crc32c_append(crc32c::crc32c(d), &out[..12]);
-            out[12..16].copy_from_slice(&crc.max(1).to_le_bytes());
-        }
+        out[8..12].copy_from_slice(&self.afa.to_le_bytes());
+        let crc = Self::crc(data, out);
+        out[12..16].copy_from_slice(&crc.to_le_bytes());
     }
 
-    /// The record in `md`, or `None` for a block never written (all zero) or one whose
-    /// checksum does not match `data` (a torn write on a member without atomic metadata).
-    pub fn decode(md: &[u8], data: Option<&[u8]>) -> Option<Oob> {
-        let ts = u32::from_le_bytes(md[4..8].try_into().unwrap());
+    /// Encodes a record whose checksum never matches `data`: a block that was corrupt beyond
+    /// redundancy when GC moved it keeps failing its check at its new place, instead of
+    /// being laundered by a fresh checksum over wrong data.
+    pub fn encode_poisoned(&self, data: &[u8], out: &mut [u8]) {
+        self.encode(data, out);
+        let crc = le32(out, 12) ^ u32::MAX;
+        out[12..16].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// The record in `md` checked against `data`. Never panics on what a member returns:
+    /// metadata shorter than a record is [`Seal::Invalid`].
+    pub fn check(md: &[u8], data: &[u8]) -> Seal {
+        if md.len() < MD_BYTES {
+            return Seal::Invalid;
+        }
+        let ts = le32(md, 4);
         if ts == 0 {
-            return None;
+            return Seal::Unwritten;
         }
-        if let Some(d) = data {
-            let want = crc32c::crc32c_append(crc32c::crc32c(d), &md[..12]).max(1);
-            if u32::from_le_bytes(md[12..16].try_into().unwrap()) != want {
-                return None;
-            }
+        if le32(md, 12) != Self::crc(data, md) {
+            return Seal::Invalid;
         }
-        Some(Oob { user_block: u32::from_le_bytes(md[0..4].try_into().unwrap()), ts, slot: md[8] })
+        Seal::Valid(Oob { user_block: le32(md, 0), ts, afa: le32(md, 8) })
     }
 }
 
@@ -94,11 +127,24 @@ pub fn encode_superblock(g: &ScalaGeometry, block: &mut [u8]) {
     block[100..104].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// Whether `block` starts like a scala superblock of any format version.
+pub fn is_scala_superblock(block: &[u8]) -> bool {
+    block.len() >= 8 && block[..7] == SUPER_MAGIC[..7]
+}
+
 /// Checks that `block` is a superblock of geometry `g`.
 pub fn check_superblock(g: &ScalaGeometry, block: &[u8], member: &str) -> DevResult<()> {
     let mut want = vec![0u8; block.len()];
     encode_superblock(g, &mut want);
-    if block[0..8] != *SUPER_MAGIC {
+    if is_scala_superblock(block) && block[0..8] != *SUPER_MAGIC {
+        return Err(DevError::Invalid(format!(
+            "scala: member {member} holds an array of another format version ({}; this \
+             version reads {}): re-create the array",
+            String::from_utf8_lossy(&block[..8]),
+            String::from_utf8_lossy(SUPER_MAGIC)
+        )));
+    }
+    if block.len() < 104 || block[0..8] != *SUPER_MAGIC {
         return Err(DevError::Invalid(format!(
             "scala: member {member} holds no scala superblock (was the array created?)"
         )));
@@ -362,16 +408,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn oob_round_trips_and_checks_its_data() {
+    fn oob_round_trips_and_checks_data_address_and_generation() {
         let data = vec![7u8; 4096];
-        let o = Oob { user_block: 42, ts: 9, slot: 3 };
+        let o = Oob { user_block: 42, ts: 9, afa: 1234 };
         let mut md = [0u8; 16];
-        o.encode(Some(&data), &mut md);
-        assert_eq!(Oob::decode(&md, Some(&data)), Some(o));
-        assert_eq!(Oob::decode(&md, Some(&[8u8; 4096])), None);
-        o.encode(None, &mut md);
-        assert_eq!(Oob::decode(&md, None), Some(o));
-        assert_eq!(Oob::decode(&[0u8; 16], None), None);
+        o.encode(&data, &mut md);
+        assert_eq!(Oob::check(&md, &data), Seal::Valid(o));
+        let mut flipped = data.clone();
+        flipped[100] ^= 4;
+        assert_eq!(Oob::check(&md, &flipped), Seal::Invalid, "bit rot in the data");
+        for byte in [0, 5, 9, 13] {
+            let mut bad = md;
+            bad[byte] ^= 1;
+            assert_eq!(Oob::check(&bad, &data), Seal::Invalid, "rot in record byte {byte}");
+        }
+        assert_eq!(Oob::check(&[0u8; 16], &data), Seal::Unwritten);
+        assert_eq!(Oob::check(&md[..8], &data), Seal::Invalid, "short metadata");
+        o.encode_poisoned(&data, &mut md);
+        assert_eq!(Oob::check(&md, &data), Seal::Invalid);
+    }
+
+    #[test]
+    fn superblocks_of_older_versions_are_named_as_such() {
+        let g = ScalaGeometry::new(2, 1, 16, 4096, 1 << 14, 2048, 0.05).unwrap();
+        let mut b = vec![0u8; 4096];
+        encode_superblock(&g, &mut b);
+        assert!(check_superblock(&g, &b, "m0").is_ok());
+        b[..8].copy_from_slice(b"FRSCALA2");
+        let e = check_superblock(&g, &b, "m0").unwrap_err().to_string();
+        assert!(e.contains("another format version (FRSCALA2"), "{e}");
+        assert!(check_superblock(&g, &[0u8; 4096], "m0").is_err());
     }
 
     #[test]

@@ -17,10 +17,12 @@ use super::format::Oob;
 use super::tables::{entry_afa, entry_ts, state, NONE};
 use super::Inner;
 
-/// A valid block being moved: user block, its AMT entry, data, metadata.
+/// A valid block being moved: user block, its AMT entry, and whether it was found corrupt
+/// beyond redundancy (its data is in the destination's buffers).
 struct Live {
     user: u64,
     entry: u64,
+    lost: bool,
 }
 
 /// Destination stripes written between two member flushes. Each flush is an `fdatasync` of
@@ -130,7 +132,7 @@ impl Inner {
     }
 
     /// The user block AFA block `afa` holds, if it is still that block's current place.
-    fn live_at(&self, afa: u32) -> Option<(u32, u64)> {
+    pub(crate) fn live_at(&self, afa: u32) -> Option<(u32, u64)> {
         let user = self.t.p2l[afa as usize].load(Relaxed);
         if user == NONE {
             return None;
@@ -152,29 +154,32 @@ impl Inner {
         let mdb = self.mdb;
         let chunk = g.chunk_blocks as usize;
         let mut buf = self.bufs.take(chunk * bs);
+        let mut md = self.bufs.take(chunk * mdb);
         for j in 0..g.k {
             // A victim takes no new blocks, so a slot that holds nothing live now never will:
             // it is not read at all. A sequential overwrite leaves most victims empty.
             if (0..chunk as u64).all(|off| self.live_at(g.afa(v, j, off)).is_none()) {
                 continue;
             }
-            self.read_slot(v, j, 0, &mut buf, None).await?;
+            // Checked (and repaired) before it moves: the destination's checksum and parity
+            // are computed over what is copied, so a bad block copied as it is would come out
+            // looking right.
+            let lost = self.read_slot_verified(v, j, 0, &mut buf, &mut md, false).await?;
             for off in 0..chunk {
                 let afa = g.afa(v, j, off as u64);
                 let Some((user, e)) = self.live_at(afa) else { continue };
                 let n = dest.moved.len();
                 let (dj, doff) = (n / chunk, n % chunk);
                 dest.data[dj][doff * bs..][..bs].copy_from_slice(&buf[off * bs..][..bs]);
-                let oob = Oob { user_block: user, ts: entry_ts(e), slot: dj as u8 };
-                let d = &dest.data[dj][doff * bs..][..bs];
-                oob.encode((!self.md_atomic).then_some(d), &mut dest.mds[dj][doff * mdb..]);
-                dest.moved.push(Live { user: user as u64, entry: e });
+                // The record names the block's new place, so it is written once the destination
+                // is known (`write_dest`).
+                dest.moved.push(Live { user: user as u64, entry: e, lost: lost.contains(&off) });
                 if dest.moved.len() as u64 == g.stripe_blocks() {
                     self.write_dest(dest, drained).await?;
                 }
             }
         }
-        self.bufs.give([buf]);
+        self.bufs.give([buf, md]);
         drained.push(v);
         Ok(())
     }
@@ -206,6 +211,21 @@ impl Inner {
         };
         let dst = dst as u64;
         let next = dest.moved.len();
+        let mdb = self.mdb;
+        for (i, live) in dest.moved.iter().enumerate() {
+            let (dj, doff) = (i / chunk, i % chunk);
+            let afa = g.afa(dst, dj, doff as u64);
+            let oob = Oob { user_block: live.user as u32, ts: entry_ts(live.entry), afa };
+            let d = &dest.data[dj][doff * bs..][..bs];
+            let out = &mut dest.mds[dj][doff * mdb..];
+            if live.lost {
+                // Lost beyond redundancy at its old place: it stays marked corrupt at the new
+                // one, rather than getting a checksum over wrong data.
+                oob.encode_poisoned(d, out);
+            } else {
+                oob.encode(d, out);
+            }
+        }
         self.opts.costs.charge_copy((next * bs) as u64).await;
         let (parity, pmd) = self.encode(&dest.data, &dest.mds)?;
         self.opts.costs.charge_parity((g.k * chunk * bs) as u64).await;
@@ -257,6 +277,10 @@ impl Inner {
 
     async fn recycle(&self, v: u64, members: &[flashrig_blockdev::DevRef]) -> DevResult<()> {
         let g = &self.geo;
+        // Under the stripe's lock: a repair of one of the victim's blocks (a user read that
+        // began before GC remapped it) either lands before the trims or finds the stripe
+        // recycled (integrity.rs).
+        let _g = self.stripe_locks.lock(v).await;
         if self.t.valid[v as usize].load(Relaxed) != 0 {
             // Something still maps here (it cannot, unless a count drifted): keep it.
             self.t.set_state(v, state::CONVERTED);

@@ -10,7 +10,8 @@
 //! background work: when to convert, the conversions in flight, GC and checkpoint duties),
 //! `write` (replication phase with the placement policy, trims), `read` (normal and degraded
 //! reads), `convert` (offloaded and host conversion of one stripe), `gc` (AFA-level GC),
-//! `checkpoint`, `recover` ([`Scala::open`]), `rebuild`.
+//! `checkpoint`, `recover` ([`Scala::open`]), `rebuild`, `integrity` (checksums checked on
+//! every read, self-heal from replicas or parity, scrub).
 
 pub mod format;
 pub mod layout;
@@ -18,6 +19,7 @@ pub mod layout;
 mod checkpoint;
 mod convert;
 mod gc;
+mod integrity;
 mod read;
 mod rebuild;
 mod recover;
@@ -31,7 +33,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use flashrig_blockdev::{
-    check_io, check_range, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, WriteHints,
+    check_io, check_range, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, VendorCommand,
+    VendorReply, WriteHints,
 };
 use flashrig_erasure::Codec;
 use flashrig_metrics::{Counter, Registry};
@@ -182,6 +185,16 @@ pub(crate) struct Counters {
     member_failures: Arc<Counter>,
     rebuilt_stripes: Arc<Counter>,
     read_retries: Arc<Counter>,
+    /// Block copies found not to hold what they should (checksum, address or generation),
+    /// by any read: user reads, conversion, GC, rebuild, recovery, scrub.
+    checksum_errors: Arc<Counter>,
+    /// Member blocks rewritten with their right contents (data copies and parity).
+    healed_blocks: Arc<Counter>,
+    /// Blocks found with no good copy left: reads of them answer `DevError::Corrupt`.
+    unrepairable_blocks: Arc<Counter>,
+    /// Parity blocks that disagreed with the verified data they protect (rewritten).
+    redundancy_mismatches: Arc<Counter>,
+    scrubs: Arc<Counter>,
 }
 
 impl Counters {
@@ -227,6 +240,11 @@ impl Counters {
             member_failures: r.counter("member_failures"),
             rebuilt_stripes: r.counter("rebuilt_stripes"),
             read_retries: r.counter("read_retries"),
+            checksum_errors: r.counter("checksum_errors"),
+            healed_blocks: r.counter("healed_blocks"),
+            unrepairable_blocks: r.counter("unrepairable_blocks"),
+            redundancy_mismatches: r.counter("redundancy_mismatches"),
+            scrubs: r.counter("scrubs"),
         }
     }
 }
@@ -240,8 +258,12 @@ pub(crate) struct Inner {
     failed: Vec<AtomicBool>,
     /// Metadata bytes per member block.
     mdb: usize,
-    /// Members write metadata atomically with data (else the OOB record carries a checksum).
-    md_atomic: bool,
+    /// Blocks are checked against their records (integrity.rs). Off only when the members keep
+    /// no payload: an emulated SSD in payload mode `none` or `tag` (timing-only experiments)
+    /// reads back zeros or a fingerprint, data and records alike, which no check can pass.
+    /// `format` finds out by reading back the superblock it wrote; an array that opens has
+    /// members that keep their superblock, so it checks.
+    checks: AtomicBool,
     /// Conversion runs in the members.
     offload: bool,
     opts: ScalaOptions,
@@ -256,6 +278,13 @@ pub(crate) struct Inner {
     /// Serialises the space manager's multi-step work (grants, GC, checkpoints, rebuild) on
     /// its reactor. Conversions do not take it: they run in the background beside grants.
     sm_work: StripeLocks,
+    /// Per stripe: held by whatever rewrites a stripe's chunks after its writes (a conversion,
+    /// a repair of a corrupt block, a scrub or rebuild step, GC trimming a victim), so that a
+    /// repair never lands on a stripe recycled meanwhile and parity is always computed over
+    /// what the data chunks hold. The write path never takes it. Order: `sm_work` before a
+    /// stripe lock, never the other way (grants hold `sm_work` while they wait for
+    /// conversions, which hold stripe locks).
+    stripe_locks: StripeLocks,
     /// The service task is running or scheduled (there is at most one).
     sm_kicked: AtomicBool,
     /// Set when the last handle on the array is dropped: background tasks end at their next
@@ -354,6 +383,11 @@ impl Inner {
         Ok(())
     }
 
+    /// Whether blocks are checked against their records (`checks`).
+    pub(crate) fn checks(&self) -> bool {
+        self.checks.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn bs(&self) -> usize {
         self.geo.block_size as usize
     }
@@ -392,7 +426,6 @@ impl Scala {
                 )));
             }
         }
-        let md_atomic = members.iter().all(|d| d.info().caps.md_atomic);
         let can_convert = members.iter().all(|d| d.info().caps.convert);
         let offload = match opts.conversion {
             ConversionMode::Host => false,
@@ -440,13 +473,14 @@ impl Scala {
             members: RwLock::new(members),
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
             mdb,
-            md_atomic,
+            checks: AtomicBool::new(true),
             offload,
             t,
             reactors: (0..reactors).map(|_| Mutex::new(ReactorState::new(n))).collect(),
             mgr: Mutex::new(Manager::new(&geo, reactors)),
             sm_reactor,
             sm_work: StripeLocks::default(),
+            stripe_locks: StripeLocks::default(),
             sm_kicked: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             alive: Arc::new(()),
@@ -510,7 +544,8 @@ impl Scala {
             let mut b = vec![0u8; d.info().block_size as usize];
             d.read(0, &mut b, None).await?;
             blank.push(b.iter().all(|&x| x == 0));
-            if !blank.last().unwrap() && b[..8] != *format::SUPER_MAGIC {
+            // A superblock of another format version goes on to `open`, which names it.
+            if !blank.last().unwrap() && !format::is_scala_superblock(&b) {
                 return Err(invalid(format!(
                     "member {} holds neither a scala superblock nor zeros in its first block:                      refusing to format it (start = \"create\" formats it)",
                     d.info().name
@@ -663,5 +698,14 @@ impl BlockDevice for Scala {
         }
         let _io = self.inner.user_io();
         self.inner.clone().trim(lba, num_blocks).await
+    }
+
+    /// `Scrub` verifies every block the array maps and its redundancy, and repairs what it
+    /// can (docs/scala.md, "Integrity"). Other vendor commands are the members' business.
+    async fn vendor(&self, cmd: VendorCommand<'_>) -> DevResult<VendorReply> {
+        match cmd {
+            VendorCommand::Scrub => Ok(VendorReply::Scrubbed(self.inner.scrub().await?)),
+            _ => Err(DevError::Unsupported { command: "vendor" }),
+        }
     }
 }

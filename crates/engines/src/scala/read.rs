@@ -6,11 +6,18 @@
 //! hold other data now); a block overwritten by a concurrent write returns the version it was
 //! mapped to when the read began, which stays in place until its stripe is freed. (Retrying on
 //! every remapping starves reads of hot blocks that a trace overwrites at QD32.)
+//!
+//! Every block read is checked against the version the AMT mapped (checksum, place and
+//! generation, integrity.rs); one that fails is repaired from the stripe's redundancy, and
+//! the read fails with `DevError::Corrupt` when none is left.
 
 use std::sync::atomic::Ordering::SeqCst;
 
 use flashrig_blockdev::{DevError, DevResult};
 
+use futures_util::future::join_all;
+
+use super::integrity::{holds, Want};
 use super::tables::{entry_afa, entry_is_data, state, NONE};
 use super::Inner;
 
@@ -28,6 +35,7 @@ struct Run {
 impl Inner {
     pub(crate) async fn read(&self, lba: u64, buf: &mut [u8]) -> DevResult<()> {
         let bs = self.bs();
+        let mdb = self.mdb;
         let blocks = (buf.len() / bs) as u64;
         self.c.user_reads.inc();
         self.c.user_read_bytes.add(buf.len() as u64);
@@ -74,10 +82,37 @@ impl Inner {
                 }
             }
             self.opts.costs.charge_member_ios(runs.len() as u64).await;
-            self.read_runs(&runs, buf).await?;
+            let mds = self.read_runs(&runs, buf).await?;
+            let mut again: Vec<u64> = Vec::new();
+            // Every block is checked against the version the AMT mapped (its checksum, its
+            // place and its generation); one that fails is repaired from the stripe's
+            // redundancy, or read again when its place may have been recycled meanwhile.
+            let checked = if self.checks() { runs.len() } else { 0 };
+            for (r, md) in runs.iter().zip(&mds).take(checked) {
+                for x in 0..r.len {
+                    let b = r.req_off + x;
+                    let Ok(i) = todo.binary_search(&b) else { continue };
+                    let e = snapshot[i];
+                    let want = Want::of(lba + b, e);
+                    let data = &buf[b as usize * bs..][..bs];
+                    if holds(entry_afa(e), data, &md[x as usize * mdb..][..mdb], want) {
+                        continue;
+                    }
+                    if !confirmed[i] {
+                        // The mapping moved before the stripe's incarnation was read: the place
+                        // may hold another stripe's data by now, which says nothing.
+                        again.push(b);
+                        continue;
+                    }
+                    let inc = Some(incarnations[i]);
+                    match self.repair_block(r.stripe, r.slot, r.off + x, want, inc, false).await? {
+                        Some((d, _)) => buf[b as usize * bs..][..bs].copy_from_slice(&d),
+                        None => again.push(b),
+                    }
+                }
+            }
             // Blocks whose mapping changed meanwhile were read from a place that may have been
             // recycled: read them again unless their stripe is the same incarnation.
-            let mut again: Vec<u64> = Vec::new();
             for (i, (&b, &e)) in todo.iter().zip(&snapshot).enumerate() {
                 if self.t.amt[(lba + b) as usize].load(SeqCst) == e {
                     continue;
@@ -93,6 +128,8 @@ impl Inner {
             if again.is_empty() {
                 return Ok(());
             }
+            again.sort_unstable();
+            again.dedup();
             self.c.read_retries.inc();
             todo = again;
         }
@@ -102,8 +139,10 @@ impl Inner {
         )))
     }
 
-    async fn read_runs(&self, runs: &[Run], buf: &mut [u8]) -> DevResult<()> {
+    /// Reads the runs into their places in `buf`; returns each run's metadata.
+    async fn read_runs(&self, runs: &[Run], buf: &mut [u8]) -> DevResult<Vec<Vec<u8>>> {
         let bs = self.bs();
+        let mdb = self.mdb;
         // Split the buffer into the runs' pieces (runs are in request order).
         let mut pieces: Vec<(Run, &mut [u8])> = Vec::with_capacity(runs.len());
         let mut rest: &mut [u8] = buf;
@@ -118,12 +157,10 @@ impl Inner {
             pieces.push((*r, piece));
         }
         let futs = pieces.into_iter().map(|(r, piece)| async move {
-            self.read_slot(r.stripe, r.slot, r.off, piece, None).await
+            let mut md = vec![0u8; r.len as usize * mdb];
+            self.read_slot(r.stripe, r.slot, r.off, piece, Some(&mut md)).await.map(|_| md)
         });
-        for res in futures_util::future::join_all(futs).await {
-            res?;
-        }
-        Ok(())
+        join_all(futs).await.into_iter().collect()
     }
 
     /// Reads `buf.len()` blocks of slot `j` of stripe `s` from `off` (and their metadata into

@@ -4,10 +4,12 @@
 //!    group) and every replicated stripe is converted, so every stripe that existed before the
 //!    replacement is in the striping layout; then the replacement takes the failed member's
 //!    place. New hero groups (built from new grants) are written to it whole.
-//! 2. Stripe by stripe, in order (each under the work lock, so GC cannot move it meanwhile):
-//!    the member's chunk of every converted stripe is recomputed, a data chunk by
-//!    reconstruction from the other k chunks, a parity chunk by encoding the data, metadata
-//!    included. A cursor says how far it got: reads of the member's chunks beyond it
+//! 2. Stripe by stripe, in order (each under the work lock, so GC cannot move it meanwhile,
+//!    and the stripe's lock): the member's chunk of every converted stripe is recomputed, a
+//!    data chunk by reconstruction from the other chunks, a parity chunk by encoding the data,
+//!    metadata included. Every block the AMT maps into the stripe is checked first and
+//!    repaired if it can be (integrity.rs), so no bad source is rebuilt into the
+//!    replacement. A cursor says how far it got: reads of the member's chunks beyond it
 //!    reconstruct instead.
 
 use std::sync::atomic::Ordering;
@@ -17,6 +19,7 @@ use flashrig_blockdev::{DevError, DevRef, DevResult, WriteHints};
 use flashrig_runtime::spawn_on;
 use futures_util::future::join_all;
 
+use super::integrity::Pass;
 use super::tables::state;
 use super::Inner;
 
@@ -92,24 +95,15 @@ impl Inner {
             self.members.write()[slot] = replacement;
             self.failed[slot].store(false, Ordering::Release);
         }
-        let bs = self.bs();
-        let chunk = g.chunk_blocks as usize;
         for s in 0..g.hh {
             let _g = self.sm_work.lock(0).await;
+            let _s = self.stripe_locks.lock(s).await;
             if self.t.state(s) == state::CONVERTED {
-                if let Some(j) = (0..g.k).find(|&j| g.data_member(s, j) == slot) {
-                    let mut d = vec![0u8; chunk * bs];
-                    let mut md = vec![0u8; chunk * self.mdb];
-                    self.reconstruct(s, j, 0, &mut d, Some(&mut md)).await?;
-                    self.member(slot).write(g.hh_lba(s), &d, Some(&md), WriteHints::NONE).await?;
-                } else {
-                    let mut data = vec![vec![0u8; chunk * bs]; g.k];
-                    let mut mds = vec![vec![0u8; chunk * self.mdb]; g.k];
-                    for j in 0..g.k {
-                        self.read_slot(s, j, 0, &mut data[j], Some(&mut mds[j])).await?;
-                    }
-                    let (parity, pmd) = self.encode(&data, &mds)?;
-                    self.write_parity_chunks(s, &parity, &pmd, Some(slot)).await?;
+                // The member's shard of the stripe: a data slot or a parity row.
+                if let Some(x) = (0..g.n).find(|&x| self.shard_member(s, x) == slot) {
+                    // Its sources are checked (and repaired) row by row before they are used:
+                    // a bad block would otherwise be rebuilt into the replacement.
+                    self.verify_stripe(s, Pass::Rebuild(x), None).await?;
                 }
                 self.c.rebuilt_stripes.inc();
             }

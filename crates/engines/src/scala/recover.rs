@@ -3,15 +3,19 @@
 //!
 //! The newest valid checkpoint gives the AMT as it was then and the stripes that could be
 //! written after it (granted, open, full or in the grant window). Only those are scanned: each
-//! data block's OOB record (user block, timestamp, slot) says which version it holds, and the
-//! newest version of every user block wins (a GC copy has its original's timestamp and wins a
-//! tie, because the checkpointed place may have been recycled). Trims are replayed from the
-//! journal. Then every scanned stripe that holds data is *settled*: its parity chunks' metadata
-//! is checked against the parity of its data blocks' metadata (what an offloaded conversion
-//! writes, §5.4); if it matches, the stripe was converted, else the host converts it now from
-//! the primary copies. Backup copies are never needed (the primary copies are on the HH), so
-//! the whole transient area is trimmed and every VH is free again. A final checkpoint ends
-//! recovery.
+//! data block's OOB record (user block, timestamp, AFA place, checksum) says which version it
+//! holds, and the newest version of every user block wins (a GC copy has its original's
+//! timestamp and wins a tie, because the checkpointed place may have been recycled). A record
+//! counts only if its checksum matches and it names the place it was found at. The transient
+//! area is read too: a backup copy stands in for a primary copy that does not check (rot, a
+//! lost or misdirected write), so a version whose primary copy was lost is still found. Trims
+//! are replayed from the journal. Then every scanned stripe that holds data is *settled*: every
+//! block mapped into it is checked (a bad primary copy is rewritten from a backup copy or
+//! through the parity), and its parity chunks are compared, data and metadata, with the parity
+//! of its data chunks (what an offloaded conversion writes, §5.4); rows that match were
+//! converted, the others get their parity now. Backup copies are not needed after that (the
+//! primary copies are on the HH), so the whole transient area is trimmed and every VH is free
+//! again. A final checkpoint ends recovery.
 //!
 //! Recovery needs every member: it reads primary copies, which a failed member does not have.
 
@@ -21,15 +25,65 @@ use std::sync::Arc;
 use flashrig_blockdev::{DevError, DevResult};
 use futures_util::future::join_all;
 
-use super::format::{check_superblock, Checkpoint, Delta, Oob, TrimRecord, AMT_PAGE_ENTRIES};
+use super::format::{check_superblock, Checkpoint, Delta, Oob, Seal, TrimRecord, AMT_PAGE_ENTRIES};
+use super::integrity::{Backups, Pass};
 use super::tables::{entry, entry_afa, entry_is_data, entry_ts, state, TRIMMED};
 use super::Inner;
+
+/// The stripes recovery scans, and which of their places hold a primary copy whose record
+/// checks and names the place: a bit per block of a scanned stripe (the scan list is bounded
+/// by the grant window, so this stays small where a bit per AFA block would not).
+struct Scanned {
+    /// Per stripe: its position in the scan list, or `u32::MAX` when it is not scanned.
+    index: Vec<u32>,
+    ok: Vec<u64>,
+    stripe_blocks: u64,
+}
+
+impl Scanned {
+    fn new(hh: u64, scan: &[u32], stripe_blocks: u64) -> Scanned {
+        let mut index = vec![u32::MAX; hh as usize];
+        let mut n = 0u32;
+        for &s in scan {
+            if let Some(x) = index.get_mut(s as usize) {
+                if *x == u32::MAX {
+                    *x = n;
+                    n += 1;
+                }
+            }
+        }
+        let ok = vec![0u64; (n as u64 * stripe_blocks).div_ceil(64) as usize];
+        Scanned { index, ok, stripe_blocks }
+    }
+
+    fn contains(&self, s: u64) -> bool {
+        self.index.get(s as usize).is_some_and(|&x| x != u32::MAX)
+    }
+
+    /// The bit of AFA place `afa`, if its stripe is scanned.
+    fn bit(&self, afa: u32) -> Option<usize> {
+        let s = afa as u64 / self.stripe_blocks;
+        let x = *self.index.get(s as usize).filter(|&&x| x != u32::MAX)?;
+        Some((x as u64 * self.stripe_blocks + afa as u64 % self.stripe_blocks) as usize)
+    }
+
+    fn mark(&mut self, afa: u32) {
+        if let Some(b) = self.bit(afa) {
+            self.ok[b / 64] |= 1 << (b % 64);
+        }
+    }
+
+    fn primary_ok(&self, afa: u32) -> bool {
+        self.bit(afa).is_some_and(|b| self.ok[b / 64] & (1 << (b % 64)) != 0)
+    }
+}
 
 /// The steps of recovery, in order.
 pub const RECOVERY_STEPS: &[&str] = &[
     "read_superblock",
     "load_checkpoint",
     "scan_heroes",
+    "scan_backups",
     "replay_trims",
     "rebuild_tables",
     "settle_stripes",
@@ -179,6 +233,7 @@ impl Inner {
         let chunk = g.chunk_blocks as usize;
         let mut has_data = vec![false; g.hh as usize];
         let mut found = 0u64;
+        let mut scanned = Scanned::new(g.hh, &ckpt.scan, g.stripe_blocks());
         for &s in &ckpt.scan {
             let s = s as u64;
             let g = &g;
@@ -194,18 +249,24 @@ impl Inner {
             for (j, r) in chunks.into_iter().enumerate() {
                 let (d, md) = r?;
                 for off in 0..chunk {
-                    let data = (!self.md_atomic).then(|| &d[off * bs..][..bs]);
-                    let Some(o) = Oob::decode(&md[off * mdb..][..mdb], data) else { continue };
-                    if o.slot as usize != j || o.user_block as u64 >= g.user_blocks {
+                    // Only a record that checks (checksum over data and record) and names this
+                    // very place counts: a torn write, rot or a misdirected write does not.
+                    let afa = g.afa(s, j, off as u64);
+                    let Seal::Valid(o) = Oob::check(&md[off * mdb..][..mdb], &d[off * bs..][..bs])
+                    else {
+                        continue;
+                    };
+                    if o.afa != afa || o.user_block as u64 >= g.user_blocks {
                         continue;
                     }
+                    scanned.mark(afa);
                     has_data[s as usize] = true;
                     found += 1;
                     max_ts = max_ts.max(o.ts);
                     let cell = &self.t.amt[o.user_block as usize];
                     let cur = cell.load(Relaxed);
                     if cur == 0 || o.ts >= entry_ts(cur) {
-                        cell.store(entry(o.ts, g.afa(s, j, off as u64)), Relaxed);
+                        cell.store(entry(o.ts, afa), Relaxed);
                     }
                 }
             }
@@ -214,7 +275,13 @@ impl Inner {
         let detail = format!("{} stripes, {found} block versions", rep.scanned_stripes);
         step(&mut rep, 2, detail);
 
-        // 4. replay_trims
+        // 4. scan_backups: the backup copies in the transient area stand in for primary copies
+        //    that do not check (rot, a lost or misdirected write): a version found only in a
+        //    backup is mapped, and settle_stripes rewrites the primary from it.
+        let backups = self.scan_backups(&members, &scanned, &mut has_data, &mut max_ts).await?;
+        step(&mut rep, 3, format!("{} blocks found only in backup copies", backups.len()));
+
+        // 5. replay_trims
         let mut trims = 0;
         let mut jbuf = vec![0u8; g.journal_blocks() as usize * bs];
         let mut journal_ok = false;
@@ -238,9 +305,9 @@ impl Inner {
                 }
             }
         }
-        step(&mut rep, 3, format!("{trims} block trims applied"));
+        step(&mut rep, 4, format!("{trims} block trims applied"));
 
-        // 5. rebuild_tables
+        // 6. rebuild_tables
         self.t.next_ts.store(max_ts + 1, Relaxed);
         for (ub, cell) in self.t.amt.iter().enumerate() {
             let e = cell.load(Relaxed);
@@ -259,18 +326,23 @@ impl Inner {
             };
             self.t.set_state(s, st);
         }
-        step(&mut rep, 4, format!("next timestamp {}", max_ts + 1));
+        step(&mut rep, 5, format!("next timestamp {}", max_ts + 1));
 
-        // 6. settle_stripes
+        // 7. settle_stripes: every block mapped into the stripe is checked (a bad primary copy
+        //    is rewritten from a backup copy or through the parity), and a row whose parity
+        //    does not match its data gets it (the stripe was not converted).
+        let mut healed = 0;
         for &s in &ckpt.scan {
             let s = s as u64;
-            if !has_data[s as usize] {
+            if !has_data.get(s as usize).copied().unwrap_or(false) {
                 continue;
             }
-            if self.parity_matches(s).await? {
+            let _g = self.stripe_locks.lock(s).await;
+            let t = self.verify_stripe(s, Pass::Recover, Some(&backups)).await?;
+            healed += t.repaired - t.parity_written;
+            if t.parity_written == 0 {
                 rep.converted_found += 1;
             } else {
-                self.write_parity(s).await?;
                 rep.converted_now += 1;
             }
         }
@@ -281,12 +353,12 @@ impl Inner {
             r?;
         }
         let detail = format!(
-            "{} stripes already converted, {} converted now",
+            "{} stripes already converted, {} converted now, {healed} data blocks repaired",
             rep.converted_found, rep.converted_now
         );
-        step(&mut rep, 5, detail);
+        step(&mut rep, 6, detail);
 
-        // 7. write_checkpoint: free what holds nothing (trimmed first when it was used).
+        // 8. write_checkpoint: free what holds nothing (trimmed first when it was used).
         {
             let mut mgr = self.mgr.lock();
             for list in mgr.vh_free.iter_mut() {
@@ -315,34 +387,73 @@ impl Inner {
             inner.write_full_checkpoint().await
         })
         .await?;
-        step(&mut rep, 6, "recovered".into());
+        step(&mut rep, 7, "recovered".into());
         Ok(rep)
     }
 
-    /// Whether stripe `s`'s parity chunks carry the parity of its data blocks' metadata (what
-    /// a conversion writes): the §5.4 check that a stripe is in the striping layout.
-    async fn parity_matches(&self, s: u64) -> DevResult<bool> {
+    /// Reads the whole transient area of every member and returns, for every AFA place of a
+    /// scanned stripe whose primary copy does not check, a backup copy that does (its record
+    /// names the place, so no table is needed to find it). A version found there that is
+    /// newer than the AMT's is mapped: its primary copy was lost. A backup of a place whose
+    /// primary copy checks is ignored: the primary is the authority (the backup may be a
+    /// stale copy of an earlier use of the place, which can never be newer than the version
+    /// the checkpoint maps, since the place was recycled only after a checkpoint that maps
+    /// the block elsewhere).
+    async fn scan_backups(
+        &self,
+        members: &[flashrig_blockdev::DevRef],
+        scanned: &Scanned,
+        has_data: &mut [bool],
+        max_ts: &mut u32,
+    ) -> DevResult<Backups> {
         let g = &self.geo;
-        let bs = self.bs();
-        let chunk = g.chunk_blocks as usize;
-        let mut data = vec![vec![0u8; chunk * bs]; g.k];
-        let mut mds = vec![vec![0u8; chunk * self.mdb]; g.k];
-        for j in 0..g.k {
-            self.member(g.data_member(s, j))
-                .read(g.hh_lba(s), &mut data[j], Some(&mut mds[j]))
-                .await?;
-        }
-        let (parity, pmd) = self.encode(&data, &mds)?;
-        for i in 0..g.m {
-            let mut d = vec![0u8; chunk * bs];
-            let mut md = vec![0u8; chunk * self.mdb];
-            self.member(g.parity_member(s, i)).read(g.hh_lba(s), &mut d, Some(&mut md)).await?;
-            // Metadata decides (§5.4); the data is compared too when the payload is real, which
-            // costs nothing extra here since the chunk was read whole.
-            if md != pmd[i] || d != parity[i] {
-                return Ok(false);
+        let (bs, mdb) = (self.bs(), self.mdb);
+        let vh_blocks = g.k * g.chunk_blocks as usize;
+        let afa_blocks = g.hh * g.stripe_blocks();
+        // Every member's transient area at once; what each finds is merged in member order.
+        let reads = members.iter().enumerate().map(|(p, dev)| async move {
+            let mut found: Vec<(Oob, u64)> = Vec::new();
+            let mut d = vec![0u8; vh_blocks * bs];
+            let mut md = vec![0u8; vh_blocks * mdb];
+            for v in 0..g.vh_per_member as u32 {
+                let lba = g.vh_lba(v, 0);
+                dev.read(lba, &mut d, Some(&mut md)).await?;
+                for b in 0..vh_blocks {
+                    let Seal::Valid(o) = Oob::check(&md[b * mdb..][..mdb], &d[b * bs..][..bs])
+                    else {
+                        continue;
+                    };
+                    if o.afa as u64 >= afa_blocks || o.user_block as u64 >= g.user_blocks {
+                        continue;
+                    }
+                    let (s, j, off) = g.split(o.afa);
+                    // Only where a backup of that place can be: slot j of a VH on one of the
+                    // stripe's parity members, at the same offset.
+                    let at = (b / g.chunk_blocks as usize, b as u64 % g.chunk_blocks);
+                    if at == (j, off)
+                        && scanned.contains(s)
+                        && (0..g.m).any(|i| g.parity_member(s, i) == p)
+                        && !scanned.primary_ok(o.afa)
+                    {
+                        found.push((o, lba + b as u64));
+                    }
+                }
+            }
+            Ok::<_, DevError>(found)
+        });
+        let mut backups = Backups::new();
+        for (p, r) in join_all(reads).await.into_iter().enumerate() {
+            for (o, lba) in r? {
+                backups.entry(o.afa).or_insert((p, lba));
+                let cell = &self.t.amt[o.user_block as usize];
+                let cur = cell.load(Relaxed);
+                if cur == 0 || o.ts > entry_ts(cur) {
+                    cell.store(entry(o.ts, o.afa), Relaxed);
+                    has_data[g.split(o.afa).0 as usize] = true;
+                    *max_ts = (*max_ts).max(o.ts);
+                }
             }
         }
-        Ok(true)
+        Ok(backups)
     }
 }

@@ -5,8 +5,8 @@
 //! goes to the slot's chunk in the HH (on the slot's data member), and the m backup copies to
 //! slot `j` of the group's VHs, which sit on the stripe's parity members, so every chunk of the
 //! stripe gathers where its parity will be computed. Every copy carries its PMT slice (user
-//! block, timestamp, slot) in the block's metadata, programmed with the data (§5.4); backups
-//! carry the transient hint (§5.5) unless the Scala-WR ablation turns it off.
+//! block, timestamp, AFA place, checksum) in the block's metadata, programmed with the data
+//! (§5.4); backups carry the transient hint (§5.5) unless the Scala-WR ablation turns it off.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -162,7 +162,8 @@ impl Inner {
                 name: format!("{}: more than {} members failed", self.info.name, g.m),
             });
         }
-        // Metadata of every piece, built once and shared by its copies.
+        // Metadata of every piece, built once and shared by its copies: every copy of a block
+        // carries the same record, which names the block's AFA place (format.rs, `Oob`).
         let mds: Vec<Vec<u8>> = pieces
             .iter()
             .map(|p| {
@@ -170,8 +171,9 @@ impl Inner {
                 for b in 0..p.len as usize {
                     let ub = lba + p.req_off + b as u64;
                     let d = &data[(p.req_off as usize + b) * bs..][..bs];
-                    let oob = Oob { user_block: ub as u32, ts, slot: p.slot as u8 };
-                    oob.encode((!self.md_atomic).then_some(d), &mut md[b * mdb..]);
+                    let afa = g.afa(p.stripe, p.slot, p.off + b as u64);
+                    let oob = Oob { user_block: ub as u32, ts, afa };
+                    oob.encode(d, &mut md[b * mdb..]);
                 }
                 md
             })
