@@ -127,6 +127,9 @@ impl StackSpec {
         let (heals, catches_lost) = match self.engine {
             Engine::Raid { .. } => (self.ram_md_bytes() as usize >= raid::MD_BYTES, false),
             Engine::Twophase { .. } => (self.ram_md_bytes() as usize >= MD_BYTES_CHECKSUM, true),
+            // The record in each block's 16 metadata bytes always carries a crc32c, and the
+            // AMT keeps every block's timestamp (docs/scala.md, "Integrity").
+            Engine::Scala { .. } => (true, true),
             _ => (false, false),
         };
         Promise {
