@@ -228,11 +228,21 @@ impl Checkpoint {
         let n_amt = u64_at(20) as usize;
         let n_conv = u64_at(28) as usize;
         let n_scan = u64_at(36) as usize;
-        let mut p = CKPT_HEADER_BYTES as usize;
+        // A checkpoint whose checksum matches can still describe lists that do not fit (a
+        // crafted or buggy one): it is refused like a torn one rather than read out of bounds.
+        let start = CKPT_HEADER_BYTES as usize;
+        let conv_at = n_amt.checked_mul(8).and_then(|b| b.checked_add(start))?;
+        let conv_end = conv_at.checked_add(n_conv)?;
+        let scan_at = u64_at(44) as usize;
+        let scan_end = n_scan.checked_mul(4).and_then(|b| b.checked_add(scan_at))?;
+        if conv_end > end || scan_end > end || scan_at < start {
+            return None;
+        }
+        let mut p = start;
         let amt = (0..n_amt).map(|i| u64_at(p + i * 8)).collect();
         p += n_amt * 8;
         let converted = buf[p..p + n_conv].to_vec();
-        p = u64_at(44) as usize;
+        p = scan_at;
         let scan = (0..n_scan)
             .map(|i| u32::from_le_bytes(buf[p + i * 4..p + i * 4 + 4].try_into().unwrap()))
             .collect();
@@ -338,8 +348,11 @@ impl Delta {
         let (n_pages, n_entries, n_conv, n_scan) =
             (u64_at(28) as usize, u64_at(36) as usize, u64_at(44) as usize, u64_at(60) as usize);
         let mut p = CKPT_HEADER_BYTES as usize;
-        let need = p + n_pages * 4 + n_entries * 8 + n_conv + n_scan * 4;
-        if need > len {
+        let need =
+            [n_pages.checked_mul(4), n_entries.checked_mul(8), Some(n_conv), n_scan.checked_mul(4)]
+                .into_iter()
+                .try_fold(p, |acc, part| acc.checked_add(part?));
+        if need.is_none_or(|need| need > len) {
             return None;
         }
         let u32_at = |p: usize| u32::from_le_bytes(buf[p..p + 4].try_into().unwrap());
@@ -454,6 +467,31 @@ mod tests {
         assert_eq!(Checkpoint::decode(&buf), Some(c));
         buf[5000] ^= 1;
         assert_eq!(Checkpoint::decode(&buf), None);
+    }
+
+    #[test]
+    fn a_checkpoint_whose_lists_do_not_fit_is_refused_even_with_a_matching_checksum() {
+        let g = ScalaGeometry::new(2, 1, 16, 4096, 1 << 14, 2048, 0.05).unwrap();
+        let c = Checkpoint {
+            seq: 1,
+            next_ts: 2,
+            amt: vec![7; 64],
+            converted: vec![1; 8],
+            scan: vec![3],
+        };
+        let good = c.encode(&g);
+        let end = u64::from_le_bytes(good[52..60].try_into().unwrap()) as usize;
+        // Field offsets: 20 AMT entries, 28 converted bytes, 36 scan entries, 44 scan offset.
+        for (at, value) in [(20, u64::MAX / 4), (28, u64::MAX), (36, 1 << 40), (44, u64::MAX - 2)] {
+            let mut buf = good.clone();
+            buf[at..at + 8].copy_from_slice(&value.to_le_bytes());
+            let crc = crc32c::crc32c_append(
+                crc32c::crc32c(&buf[..60]),
+                &buf[CKPT_HEADER_BYTES as usize..end],
+            );
+            buf[60..64].copy_from_slice(&crc.to_le_bytes());
+            assert_eq!(Checkpoint::decode(&buf), None, "field at byte {at} = {value}");
+        }
     }
 
     #[test]

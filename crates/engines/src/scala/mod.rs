@@ -547,7 +547,8 @@ impl Scala {
             // A superblock of another format version goes on to `open`, which names it.
             if !blank.last().unwrap() && !format::is_scala_superblock(&b) {
                 return Err(invalid(format!(
-                    "member {} holds neither a scala superblock nor zeros in its first block:                      refusing to format it (start = \"create\" formats it)",
+                    "member {} holds neither a scala superblock nor zeros in its first block: \
+                     refusing to format it (start = \"create\" formats it)",
                     d.info().name
                 )));
             }
