@@ -7,6 +7,7 @@
 mod bufpool;
 pub mod concat;
 mod fanout;
+pub mod latency;
 pub mod layout;
 pub mod raid;
 pub mod scala;

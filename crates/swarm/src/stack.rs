@@ -140,7 +140,10 @@ impl StackSpec {
             resyncs_after_crash: matches!(self.engine, Engine::Raid { .. }),
             heals_corruption: heals && !self.on_ssds(),
             catches_lost_writes: catches_lost && !self.on_ssds(),
-            routes_around_slow: matches!(self.engine, Engine::Raid { .. }),
+            routes_around_slow: matches!(
+                self.engine,
+                Engine::Raid { .. } | Engine::Twophase { .. }
+            ),
         }
     }
 

@@ -25,6 +25,7 @@
 use flashrig_blockdev::{DevError, DevResult, ScrubReport, WriteHints};
 
 use super::Raid;
+use crate::latency::MemberLatency;
 
 /// Metadata bytes per member block the seal needs.
 pub const MD_BYTES: usize = 8;
@@ -82,20 +83,16 @@ impl Raid {
         buf: &mut [u8],
     ) -> DevResult<Vec<usize>> {
         let dev = self.member(mbr);
-        let start_ns = flashrig_runtime::in_runtime().then(flashrig_runtime::now_ns);
+        let start = MemberLatency::start();
         if !self.integrity() {
             dev.read(lba, buf, None).await?;
-            if let Some(t) = start_ns {
-                self.note_read_latency(mbr, flashrig_runtime::now_ns() - t);
-            }
+            self.latency.note(mbr, start);
             return Ok(Vec::new());
         }
         let bs = self.block_bytes();
         let mut md = vec![0u8; buf.len() / bs * self.mdb];
         dev.read(lba, buf, Some(&mut md)).await?;
-        if let Some(t) = start_ns {
-            self.note_read_latency(mbr, flashrig_runtime::now_ns() - t);
-        }
+        self.latency.note(mbr, start);
         let bad: Vec<usize> = buf
             .chunks(bs)
             .zip(md.chunks(self.mdb))

@@ -42,6 +42,7 @@ use flashrig_runtime::cost::SharedLockModel;
 use flashrig_runtime::HostCosts;
 use parking_lot::RwLock;
 
+use crate::latency::MemberLatency;
 use crate::{check_members, EngineConstraints};
 pub use cache::StripeCache;
 pub use geometry::Geometry;
@@ -87,24 +88,7 @@ struct MemberState {
     /// A replacement is being rebuilt: it holds valid chunks for stripes below `rebuilt_below`.
     rebuilding: AtomicBool,
     rebuilt_below: AtomicU64,
-    /// Moving average of the member's read latency (ns; 0: no read measured yet).
-    read_ewma_ns: AtomicU64,
-    /// Reads of this member's chunks while it was slow, to send every `SLOW_PROBE_EVERY`-th to
-    /// it anyway, so that its average can recover.
-    slow_reads: AtomicU64,
 }
-
-/// A member whose average read latency exceeds this many times the median of the others' is
-/// slow, and reads of its chunks are rebuilt from the other members where all of them are
-/// available. Rebuilding costs one read on each other member in parallel plus the decoding,
-/// so it wins from about 2x; 8x keeps ordinary queueing differences between members from
-/// tipping a healthy member over.
-pub const SLOW_FACTOR: u64 = 8;
-/// ... and exceeds this absolute floor, so that members of RAM speed (latencies of a few
-/// hundred ns, where a factor is noise) never count as slow.
-pub const SLOW_FLOOR_NS: u64 = 20_000;
-/// Every this many reads of a slow member's chunks, one still goes to it, to measure it.
-pub const SLOW_PROBE_EVERY: u64 = 16;
 
 pub struct Raid {
     info: DeviceInfo,
@@ -121,6 +105,7 @@ pub struct Raid {
     c: Counters,
     /// Metadata bytes per member block; 0 when the members have none (no checksums).
     mdb: usize,
+    latency: MemberLatency,
 }
 
 struct Counters {
@@ -238,6 +223,7 @@ impl Raid {
             metrics,
             c,
             mdb,
+            latency: MemberLatency::new(k + m),
         })
     }
 
@@ -277,42 +263,17 @@ impl Raid {
         !(failed || not_yet_rebuilt)
     }
 
-    /// Records one read's latency on member `i` (an exponential moving average, weight 1/8).
-    fn note_read_latency(&self, i: usize, latency_ns: u64) {
-        let avg = &self.state[i].read_ewma_ns;
-        let _ = avg.fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
-            Some(if old == 0 { latency_ns.max(1) } else { old - old / 8 + latency_ns / 8 })
-        });
-    }
-
-    /// Whether member `i` is slow: its average read latency is above the floor and more than
-    /// `SLOW_FACTOR` times the median of the other members' averages.
+    /// Whether member `i` is slow compared with its peers (see [`crate::latency`]).
     pub fn is_slow(&self, i: usize) -> bool {
-        let mine = self.state[i].read_ewma_ns.load(Ordering::Acquire);
-        if mine < SLOW_FLOOR_NS {
-            return false;
-        }
-        let mut others: Vec<u64> = (0..self.state.len())
-            .filter(|&j| j != i)
-            .map(|j| self.state[j].read_ewma_ns.load(Ordering::Acquire))
-            .filter(|&l| l > 0)
-            .collect();
-        if others.is_empty() {
-            return false;
-        }
-        others.sort_unstable();
-        mine > SLOW_FACTOR.saturating_mul(others[others.len() / 2])
+        self.latency.is_slow(i)
     }
 
     /// Whether a read of member `i`'s chunk of `stripe` should be rebuilt from the others
     /// instead: `i` is slow, every other member holds the stripe, and this is not the read
     /// that probes `i`.
     fn route_around(&self, i: usize, stripe: u64) -> bool {
-        if !self.is_slow(i) || (0..self.geo.members()).any(|j| j != i && !self.available(j, stripe))
-        {
-            return false;
-        }
-        !self.state[i].slow_reads.fetch_add(1, Ordering::Relaxed).is_multiple_of(SLOW_PROBE_EVERY)
+        (0..self.geo.members()).all(|j| j == i || self.available(j, stripe))
+            && self.latency.avoid(i)
     }
 
     /// Members marked failed (not counting one being rebuilt).

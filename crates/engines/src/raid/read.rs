@@ -1,5 +1,5 @@
 //! Reads: each data chunk piece from its member; a piece whose member has failed, answers
-//! with an error, fails its checksum, or is slow (see `SLOW_FACTOR`) is rebuilt from the
+//! with an error, fails its checksum, or is slow (see `crate::latency`) is rebuilt from the
 //! stripe's other chunks (a degraded read).
 
 use futures_util::future::try_join_all;

@@ -62,6 +62,7 @@ use flashrig_runtime::HostCosts;
 use parking_lot::{Mutex, RwLock};
 
 use crate::bufpool::BufPool;
+use crate::latency::MemberLatency;
 use crate::raid::locks::StripeLocks;
 use crate::{check_members, EngineConstraints};
 pub use layout::TwophaseGeometry;
@@ -188,6 +189,8 @@ pub(crate) struct Inner {
     metrics: Arc<Registry>,
     c: Counters,
     recovery: Option<RecoveryReport>,
+    /// Members' read latencies, to read around a slow one.
+    latency: MemberLatency,
 }
 
 struct Counters {
@@ -224,6 +227,7 @@ struct Counters {
     checksum_errors: Arc<Counter>,
     healed_blocks: Arc<Counter>,
     unrepairable_blocks: Arc<Counter>,
+    slow_reads_routed: Arc<Counter>,
 }
 
 impl Counters {
@@ -260,6 +264,7 @@ impl Counters {
             rebuilt_bytes: r.counter("rebuilt_bytes"),
             repaired_blocks: r.counter("repaired_blocks"),
             checksum_errors: r.counter("checksum_errors"),
+            slow_reads_routed: r.counter("slow_reads_routed"),
             healed_blocks: r.counter("healed_blocks"),
             unrepairable_blocks: r.counter("unrepairable_blocks"),
         }
@@ -366,6 +371,13 @@ impl Twophase {
     /// Marks member `i` failed, as when it answers `DeviceFailed`.
     pub fn fail_member(&self, i: usize) {
         self.inner.fail_member(i)
+    }
+
+    /// Whether member `i` is slow compared with its peers (see [`crate::latency`]): reads of
+    /// replicas then go to another copy, and reads of its stripe chunks are rebuilt from the
+    /// other members, where they all hold the row.
+    pub fn is_slow(&self, i: usize) -> bool {
+        self.inner.latency.is_slow(i)
     }
 
     /// Replaces failed member `slot` by `replacement` and rebuilds its contents while I/O goes
@@ -481,6 +493,7 @@ impl Inner {
             metrics,
             c,
             recovery: None,
+            latency: MemberLatency::new(n),
         })
     }
 
@@ -599,7 +612,10 @@ impl Inner {
             return Ok(false);
         }
         self.costs.charge_member_ios(1).await;
-        match dev.read(lba, buf, md).await {
+        let start = MemberLatency::start();
+        let r = dev.read(lba, buf, md).await;
+        self.latency.note(i, start);
+        match r {
             Ok(()) => Ok(true),
             Err(e) if self.note_error(i, inc, &e) => {
                 if !matches!(e, DevError::DeviceFailed { .. }) {

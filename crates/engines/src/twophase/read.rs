@@ -10,6 +10,8 @@
 //! chunks, and the bad copy is rewritten. A block no copy holds intact fails the read with
 //! `DevError::Corrupt`.
 
+use std::sync::atomic::Ordering;
+
 use futures_util::future::join_all;
 
 use flashrig_blockdev::{DevError, DevResult};
@@ -149,7 +151,21 @@ impl Inner {
     ) -> DevResult<Vec<u32>> {
         match loc {
             Loc::Log { row, set, off } => {
-                let pref = first_replica(&self.geo, hint);
+                let mut pref = first_replica(&self.geo, hint);
+                // A slow member's copy is tried last when another copy's member can serve
+                // (one read in `SLOW_PROBE_EVERY` still goes to it, to measure it).
+                let member = |j: usize| self.geo.set_member(row, set as usize, j);
+                if self.latency.is_slow(member(pref)) {
+                    let other =
+                        (1..self.geo.copies()).map(|a| (pref + a) % self.geo.copies()).find(|&j| {
+                            let i = member(j);
+                            !self.failed[i].load(Ordering::Acquire) && !self.latency.is_slow(i)
+                        });
+                    if let Some(j) = other.filter(|_| self.latency.avoid(member(pref))) {
+                        self.c.slow_reads_routed.inc();
+                        pref = j;
+                    }
+                }
                 let read = LogRead { row, set: set as usize, off, pref, skip: None, locked: false };
                 self.read_log(&read, buf, None, None).await
             }
@@ -292,7 +308,15 @@ impl Inner {
         };
         let lba = self.geo.member_lba(row) + off;
         let mut available = self.available(i, view.missing);
-        if available {
+        // A slow member's chunk is rebuilt from the others when they all hold the row.
+        let n = self.geo.k + self.geo.m;
+        let routed = available
+            && (0..n).all(|j| j == i || self.available(j, view.missing))
+            && self.latency.avoid(i);
+        if routed {
+            self.c.slow_reads_routed.inc();
+        }
+        if available && !routed {
             let mut md = vec![0u8; count as usize * mdb];
             if self.read_member(i, view.incs[i], lba, buf, Some(&mut md)).await? {
                 self.c.member_read_bytes.add(buf.len() as u64);
@@ -310,9 +334,14 @@ impl Inner {
         if !available {
             self.c.degraded_reads.inc();
         }
-        // Some block is bad or the member unavailable: read the chunk again with the rest of
-        // the stripe, which rebuilds and heals what it can.
-        let r = self.read_stripe(row, off, off + count as u64, &[d], None, false).await?;
+        // Some block is bad, the member unavailable or slow: read the chunk again with the
+        // rest of the stripe, which rebuilds and heals what it can. Routed around a slow
+        // member, a rebuild that damage elsewhere defeats reads the slow member after all.
+        let (lo, hi) = (off, off + count as u64);
+        let mut r = self.read_stripe(row, lo, hi, &[d], routed.then_some(i), false).await?;
+        if routed && !r.lost.is_empty() {
+            r = self.read_stripe(row, lo, hi, &[d], None, false).await?;
+        }
         buf.copy_from_slice(r.chunks[d].as_deref().expect("wanted chunk read or rebuilt"));
         Ok(r.lost.iter().map(|&(_, b)| b).collect())
     }

@@ -1,10 +1,11 @@
-//! Goal: `raid` notices a member that has become much slower than its peers (a drive in
-//! trouble, 100x latency) and serves reads of that member's chunks by rebuilding them from the
-//! other members, as long as all of them hold the stripe; it still sends one read in
-//! `SLOW_PROBE_EVERY` to the slow member to measure it, and it never routes around when a second
-//! member is missing (then the slow one is needed).
+//! Goal: `raid` and `twophase` notice a member that has become much slower than its peers (a
+//! drive in trouble, 100x latency) and serve reads of its blocks elsewhere: `raid` rebuilds the
+//! chunk from the other members as long as all of them hold the stripe, `twophase` reads
+//! another replica (or rebuilds a stripe chunk); both still send one read in
+//! `SLOW_PROBE_EVERY` to the slow member to measure it, and `raid` never routes around when a
+//! second member is missing (then the slow one is needed).
 //!
-//! Method: a 4+1 array of RAM members with 10 us reads, one of them at 1 ms, on the simulated
+//! Method: arrays of RAM members with 10 us reads, one of them at 1 ms, on the simulated
 //! runtime. After writing the array, single-block reads at seeded random addresses; every read
 //! is checked against what was written, and each member's own read counter says where the
 //! reads went.
@@ -14,7 +15,9 @@ use std::sync::Arc;
 use flashrig_blockdev::{BlockDevice, DevRef, WriteHints};
 use flashrig_check::seeds;
 use flashrig_devices::RamDevice;
-use flashrig_engines::raid::{Raid, RaidOptions, WriteMode, SLOW_PROBE_EVERY};
+use flashrig_engines::latency::SLOW_PROBE_EVERY;
+use flashrig_engines::raid::{Raid, RaidOptions, WriteMode};
+use flashrig_engines::twophase::{Twophase, TwophaseOptions};
 use flashrig_runtime::{run, HostCosts, RuntimeKind};
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -22,13 +25,17 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 const BS: usize = 4096;
 const SLOW: usize = 2;
 
-fn build() -> (Raid, Vec<Arc<RamDevice>>) {
-    let rams: Vec<Arc<RamDevice>> = (0..5)
+fn rams(n: usize) -> Vec<Arc<RamDevice>> {
+    (0..n)
         .map(|i| {
             let latency_ns = if i == SLOW { 1_000_000 } else { 10_000 };
             Arc::new(RamDevice::new(&format!("ram{i}"), BS as u32, 256, 16, latency_ns))
         })
-        .collect();
+        .collect()
+}
+
+fn build() -> (Raid, Vec<Arc<RamDevice>>) {
+    let rams = rams(5);
     let opt = RaidOptions {
         k: 4,
         m: 1,
@@ -50,15 +57,19 @@ fn content(lba: u64) -> Vec<u8> {
     (0..BS).map(|i| (lba as usize * 31 + i) as u8).collect()
 }
 
-async fn fill(raid: &Raid) {
-    let n = raid.info().num_blocks;
-    let data: Vec<u8> = (0..n).flat_map(content).collect();
-    raid.write(0, &data, None, WriteHints::NONE).await.unwrap();
+async fn fill(dev: &dyn BlockDevice, blocks: u64) {
+    let data: Vec<u8> = (0..blocks).flat_map(content).collect();
+    dev.write(0, &data, None, WriteHints::NONE).await.unwrap();
 }
 
 /// `count` single-block reads at random addresses, each checked.
-async fn read_randomly(raid: &Raid, rng: &mut Xoshiro256PlusPlus, count: usize, what: &str) {
-    let n = raid.info().num_blocks;
+async fn read_randomly(
+    raid: &dyn BlockDevice,
+    n: u64,
+    rng: &mut Xoshiro256PlusPlus,
+    count: usize,
+    what: &str,
+) {
     for _ in 0..count {
         let lba = rng.next_u64() % n;
         let mut buf = vec![0u8; BS];
@@ -74,14 +85,14 @@ fn reads_route_around_a_member_a_hundred_times_slower() {
             let what = format!("seed {seed} (FLASHRIG_SEED={seed} to rerun)");
             let (raid, rams) = build();
             let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-            fill(&raid).await;
+            fill(&raid, raid.info().num_blocks).await;
             // Warm up: the averages learn the members' latencies.
-            read_randomly(&raid, &mut rng, 100, &what).await;
+            read_randomly(&raid, raid.info().num_blocks, &mut rng, 100, &what).await;
             assert!(raid.is_slow(SLOW), "{what}: the 1 ms member is slow");
             assert!((0..5).filter(|&i| i != SLOW).all(|i| !raid.is_slow(i)), "{what}");
             let before: Vec<u64> = rams.iter().map(|r| reads_of(r)).collect();
             let routed = raid.metrics().unwrap().counter("slow_reads_routed").get();
-            read_randomly(&raid, &mut rng, 1000, &what).await;
+            read_randomly(&raid, raid.info().num_blocks, &mut rng, 1000, &what).await;
             let served: Vec<u64> = rams.iter().zip(&before).map(|(r, b)| reads_of(r) - b).collect();
             let routed = raid.metrics().unwrap().counter("slow_reads_routed").get() - routed;
             // About a fifth of the reads want the slow member's chunks; all but the probes are
@@ -103,15 +114,46 @@ fn with_another_member_missing_the_slow_member_is_read_anyway() {
     let (res, _) = run(RuntimeKind::Sim, 1, || async {
         let (raid, rams) = build();
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
-        fill(&raid).await;
-        read_randomly(&raid, &mut rng, 100, "warm-up").await;
+        fill(&raid, raid.info().num_blocks).await;
+        read_randomly(&raid, raid.info().num_blocks, &mut rng, 100, "warm-up").await;
         assert!(raid.is_slow(SLOW));
         raid.fail_member(0);
         let before = reads_of(&rams[SLOW]);
         let routed = raid.metrics().unwrap().counter("slow_reads_routed").get();
-        read_randomly(&raid, &mut rng, 300, "degraded").await;
+        read_randomly(&raid, raid.info().num_blocks, &mut rng, 300, "degraded").await;
         assert_eq!(raid.metrics().unwrap().counter("slow_reads_routed").get(), routed);
         assert!(reads_of(&rams[SLOW]) - before > 100, "the slow member serves: it is needed");
     });
     res
+}
+
+#[test]
+fn twophase_reads_another_replica_than_the_slow_members() {
+    for seed in seeds(60, 3) {
+        let (res, _) = run(RuntimeKind::Sim, 1, move || async move {
+            let what = format!("seed {seed} (FLASHRIG_SEED={seed} to rerun)");
+            let rams = rams(3);
+            let devs: Vec<DevRef> = rams.iter().map(|r| r.clone() as DevRef).collect();
+            // 2+1 keeps two replicas of every block in its log; 64 blocks stay below the
+            // conversion watermark, so every read is a replica read.
+            let tp = Twophase::create("tp", devs, TwophaseOptions::new(2, 1)).await.unwrap();
+            let blocks = 64;
+            fill(&tp, blocks).await;
+            let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+            read_randomly(&tp, blocks, &mut rng, 100, &what).await;
+            assert!(tp.is_slow(SLOW), "{what}: the 1 ms member is slow");
+            let before: Vec<u64> = rams.iter().map(|r| reads_of(r)).collect();
+            let routed = tp.metrics().unwrap().counter("slow_reads_routed").get();
+            read_randomly(&tp, blocks, &mut rng, 600, &what).await;
+            let served: Vec<u64> = rams.iter().zip(&before).map(|(r, b)| reads_of(r) - b).collect();
+            let routed = tp.metrics().unwrap().counter("slow_reads_routed").get() - routed;
+            assert!(routed > 100, "{what}: {routed} reads routed, served {served:?}");
+            assert!(
+                served[SLOW] <= routed / (SLOW_PROBE_EVERY - 1) + 2,
+                "{what}: the slow member served {} reads ({routed} routed around)",
+                served[SLOW]
+            );
+        });
+        res
+    }
 }
