@@ -1,9 +1,10 @@
-//! Goal: `raid` and `twophase` notice a member that has become much slower than its peers (a
+//! Goal: `raid`, `twophase` and `scala` notice a member that has become much slower than its peers (a
 //! drive in trouble, 100x latency) and serve reads of its blocks elsewhere: `raid` rebuilds the
 //! chunk from the other members as long as all of them hold the stripe, `twophase` reads
 //! another replica (or rebuilds a stripe chunk); both still send one read in
 //! `SLOW_PROBE_EVERY` to the slow member to measure it, and `raid` never routes around when a
-//! second member is missing (then the slow one is needed).
+//! second member is missing (then the slow one is needed); `scala` reads a backup copy or
+//! rebuilds from the parity instead of a slow primary.
 //!
 //! Method: arrays of RAM members with 10 us reads, one of them at 1 ms, on the simulated
 //! runtime. After writing the array, single-block reads at seeded random addresses; every read
@@ -17,6 +18,7 @@ use flashrig_check::seeds;
 use flashrig_devices::RamDevice;
 use flashrig_engines::latency::SLOW_PROBE_EVERY;
 use flashrig_engines::raid::{Raid, RaidOptions, WriteMode};
+use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions};
 use flashrig_engines::twophase::{Twophase, TwophaseOptions};
 use flashrig_runtime::{run, HostCosts, RuntimeKind};
 use rand_core::{Rng, SeedableRng};
@@ -26,10 +28,14 @@ const BS: usize = 4096;
 const SLOW: usize = 2;
 
 fn rams(n: usize) -> Vec<Arc<RamDevice>> {
+    rams_of(n, 256)
+}
+
+fn rams_of(n: usize, blocks: u64) -> Vec<Arc<RamDevice>> {
     (0..n)
         .map(|i| {
             let latency_ns = if i == SLOW { 1_000_000 } else { 10_000 };
-            Arc::new(RamDevice::new(&format!("ram{i}"), BS as u32, 256, 16, latency_ns))
+            Arc::new(RamDevice::new(&format!("ram{i}"), BS as u32, blocks, 16, latency_ns))
         })
         .collect()
 }
@@ -147,6 +153,40 @@ fn twophase_reads_another_replica_than_the_slow_members() {
             read_randomly(&tp, blocks, &mut rng, 600, &what).await;
             let served: Vec<u64> = rams.iter().zip(&before).map(|(r, b)| reads_of(r) - b).collect();
             let routed = tp.metrics().unwrap().counter("slow_reads_routed").get() - routed;
+            assert!(routed > 100, "{what}: {routed} reads routed, served {served:?}");
+            assert!(
+                served[SLOW] <= routed / (SLOW_PROBE_EVERY - 1) + 2,
+                "{what}: the slow member served {} reads ({routed} routed around)",
+                served[SLOW]
+            );
+        });
+        res
+    }
+}
+
+#[test]
+fn scala_reads_around_a_slow_primary() {
+    for seed in seeds(80, 3) {
+        let (res, _) = run(RuntimeKind::Sim, 1, move || async move {
+            let what = format!("seed {seed} (FLASHRIG_SEED={seed} to rerun)");
+            let rams = rams_of(3, 2048);
+            let devs: Vec<DevRef> = rams.iter().map(|r| r.clone() as DevRef).collect();
+            let opts = ScalaOptions {
+                chunk_blocks: 2,
+                conversion: ConversionMode::Host,
+                ..ScalaOptions::new(2, 1)
+            };
+            let sc = Scala::create("sc", devs, opts).await.unwrap();
+            let blocks = 64;
+            fill(&sc, blocks).await;
+            let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+            read_randomly(&sc, blocks, &mut rng, 200, &what).await;
+            assert!(sc.is_slow(SLOW), "{what}: the 1 ms member is slow");
+            let before: Vec<u64> = rams.iter().map(|r| reads_of(r)).collect();
+            let routed = sc.metrics().unwrap().counter("slow_reads_routed").get();
+            read_randomly(&sc, blocks, &mut rng, 600, &what).await;
+            let served: Vec<u64> = rams.iter().zip(&before).map(|(r, b)| reads_of(r) - b).collect();
+            let routed = sc.metrics().unwrap().counter("slow_reads_routed").get() - routed;
             assert!(routed > 100, "{what}: {routed} reads routed, served {served:?}");
             assert!(
                 served[SLOW] <= routed / (SLOW_PROBE_EVERY - 1) + 2,

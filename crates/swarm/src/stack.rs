@@ -142,7 +142,7 @@ impl StackSpec {
             catches_lost_writes: catches_lost && !self.on_ssds(),
             routes_around_slow: matches!(
                 self.engine,
-                Engine::Raid { .. } | Engine::Twophase { .. }
+                Engine::Raid { .. } | Engine::Twophase { .. } | Engine::Scala { .. }
             ),
         }
     }

@@ -42,6 +42,7 @@ use flashrig_runtime::HostCosts;
 use parking_lot::{Mutex, RwLock};
 
 use crate::bufpool::BufPool;
+use crate::latency::MemberLatency;
 use crate::raid::locks::StripeLocks;
 use crate::{check_members, EngineConstraints};
 pub use layout::ScalaGeometry;
@@ -181,6 +182,7 @@ pub(crate) struct Counters {
     checkpoint_deltas: Arc<Counter>,
     checkpoint_bytes: Arc<Counter>,
     degraded_reads: Arc<Counter>,
+    slow_reads_routed: Arc<Counter>,
     reconstructed_blocks: Arc<Counter>,
     member_failures: Arc<Counter>,
     rebuilt_stripes: Arc<Counter>,
@@ -236,6 +238,7 @@ impl Counters {
             checkpoint_deltas: r.counter("checkpoint_deltas"),
             checkpoint_bytes: r.counter("checkpoint_bytes"),
             degraded_reads: r.counter("degraded_reads"),
+            slow_reads_routed: r.counter("slow_reads_routed"),
             reconstructed_blocks: r.counter("reconstructed_blocks"),
             member_failures: r.counter("member_failures"),
             rebuilt_stripes: r.counter("rebuilt_stripes"),
@@ -317,6 +320,8 @@ pub(crate) struct Inner {
     metrics: Arc<Registry>,
     c: Counters,
     recovery: Mutex<Option<RecoveryReport>>,
+    /// Members' read latencies, to read around a slow one.
+    pub(crate) latency: MemberLatency,
 }
 
 /// A ScalaAFA array.
@@ -501,6 +506,7 @@ impl Scala {
             metrics,
             c,
             recovery: Mutex::new(None),
+            latency: MemberLatency::new(n),
             geo,
             opts,
         })
@@ -584,6 +590,13 @@ impl Scala {
 
     pub fn stats(&self) -> ScalaStats {
         self.inner.stats()
+    }
+
+    /// Whether member `i` is slow compared with its peers (see [`crate::latency`]): reads of
+    /// its primary copies then come from a backup copy or the parity, while every other
+    /// member holds the stripe.
+    pub fn is_slow(&self, i: usize) -> bool {
+        self.inner.latency.is_slow(i)
     }
 
     /// Marks member `i` failed (as a failed device would be); reads reconstruct, writes skip it.

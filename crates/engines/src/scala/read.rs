@@ -17,6 +17,8 @@ use flashrig_blockdev::{DevError, DevResult};
 
 use futures_util::future::join_all;
 
+use crate::latency::MemberLatency;
+
 use super::integrity::{holds, Want};
 use super::tables::{entry_afa, entry_is_data, state, NONE};
 use super::Inner;
@@ -176,14 +178,45 @@ impl Inner {
         let g = &self.geo;
         let primary = g.data_member(s, j);
         self.c.member_read_bytes.add(buf.len() as u64);
+        // A slow primary (crates/engines/src/latency.rs) is read around, from a backup copy or
+        // the parity, while every other member holds the stripe and no conversion is under
+        // way (which the other paths would wait for).
+        let routed = self.readable(primary, s)
+            && self.latency.is_slow(primary)
+            && (0..g.k + g.m).all(|i| i == primary || self.readable(i, s))
+            && self.t.state(s) != state::CONVERTING
+            && self.latency.avoid(primary);
+        if routed {
+            self.c.slow_reads_routed.inc();
+            if self.read_around(s, j, off, buf, md.as_deref_mut()).await.is_ok() {
+                return Ok(());
+            }
+        }
         if self.readable(primary, s) {
             let dev = self.member(primary);
-            match dev.read(g.hh_lba(s) + off, buf, md.as_deref_mut()).await {
+            let start = MemberLatency::start();
+            let r = dev.read(g.hh_lba(s) + off, buf, md.as_deref_mut()).await;
+            self.latency.note(primary, start);
+            match r {
                 Ok(()) => return Ok(()),
                 Err(e) => self.member_error(primary, &dev, e)?,
             }
         }
         self.c.degraded_reads.inc();
+        self.read_around(s, j, off, buf, md).await
+    }
+
+    /// Reads what [`Inner::read_slot`] reads without its primary copy: a backup copy of a
+    /// replicated stripe, or a reconstruction from the parity of a converted one.
+    async fn read_around(
+        &self,
+        s: u64,
+        j: usize,
+        off: u64,
+        buf: &mut [u8],
+        mut md: Option<&mut [u8]>,
+    ) -> DevResult<()> {
+        let g = &self.geo;
         loop {
             // Neither a backup copy nor the parity is reliable mid-conversion: wait for it.
             // (Conversion marks the stripe only once its own reads are done, so a host
@@ -204,7 +237,10 @@ impl Inner {
                     continue;
                 }
                 let dev = self.member(p);
-                match dev.read(g.vh_lba(v, j) + off, buf, md.as_deref_mut()).await {
+                let start = MemberLatency::start();
+                let r = dev.read(g.vh_lba(v, j) + off, buf, md.as_deref_mut()).await;
+                self.latency.note(p, start);
+                match r {
                     Ok(()) => {
                         from_backup = Some((i, v));
                         break;
