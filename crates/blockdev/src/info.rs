@@ -19,6 +19,11 @@ pub struct Capabilities {
     /// same write. Without it (a file with a metadata sidecar) they may come from different
     /// writes; flushed blocks are consistent either way.
     pub md_atomic: bool,
+    /// The device keeps no data, or only a fingerprint of it, for timing-only experiments (an
+    /// emulated SSD in payload mode `none` or `tag`): reads do not return what was written,
+    /// so engines turn their checksums off over it rather than fail every read.
+    #[serde(default)]
+    pub timing_only: bool,
 }
 
 /// Zone layout of a zoned device.

@@ -68,6 +68,7 @@ impl Ssd {
         info.caps.md_atomic = true;
         // ScalaAFA's conversion command, when the firmware has it (docs/ssd.md).
         info.caps.convert = cfg.firmware.vendor_convert;
+        info.caps.timing_only = cfg.payload != crate::config::PayloadMode::Full;
         info.optimal_io_blocks = (cfg.firmware.iu_bytes / cfg.firmware.block_bytes).max(1);
         let metrics = Registry::new(name);
         Ok(Ssd {

@@ -202,8 +202,10 @@ impl Raid {
         // Blocks are sealed when every member keeps the same number (at least the seal's) of
         // metadata bytes per block; with none, parity is the only check (a scrub compares it).
         let md0 = members[0].info().md_bytes_per_block as usize;
+        // Over members that keep no payload (timing-only SSDs) no seal could pass.
         let mdb = match md0 >= integrity::MD_BYTES
             && members.iter().all(|d| d.info().md_bytes_per_block as usize == md0)
+            && !members.iter().any(|d| d.info().caps.timing_only)
         {
             true => md0,
             false => 0,

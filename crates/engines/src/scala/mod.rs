@@ -472,13 +472,15 @@ impl Scala {
         let c = Counters::new(&metrics);
         let n = k + m;
         let t = Tables::new(geo.user_blocks, geo.hh * geo.stripe_blocks(), geo.hh, m);
+        let timing_only = members.iter().any(|d| d.info().caps.timing_only);
         Ok(Inner {
             info,
             codec: Codec::new(k, m).map_err(|e| invalid(e.to_string()))?,
             members: RwLock::new(members),
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
             mdb,
-            checks: AtomicBool::new(true),
+            // Members that say they keep no payload are not checked; `format` also probes.
+            checks: AtomicBool::new(!timing_only),
             offload,
             t,
             reactors: (0..reactors).map(|_| Mutex::new(ReactorState::new(n))).collect(),

@@ -172,6 +172,12 @@ pub(crate) struct Inner {
     /// Every member writes a block's metadata atomically with its data, so a block whose
     /// checksum fails was damaged after it was written, not torn by a crash.
     md_atomic: bool,
+    /// Blocks are checked against what the tables expect (integrity.rs). Off only when no
+    /// member keeps payload: an emulated SSD in payload mode `none` or `tag` (timing-only
+    /// experiments) reads back zeros or a fingerprint, data and metadata alike, which no check
+    /// can pass. Such members say so (`caps.timing_only`); `create` also reads back a probe
+    /// block it wrote, for members that do not.
+    checks: AtomicBool,
     /// The format version written in parity metadata ([`format::format_version`]).
     format_version: u64,
     tables: Mutex<Tables>,
@@ -294,10 +300,23 @@ impl Twophase {
     ) -> DevResult<Twophase> {
         let eng = Twophase::new(name, members, opts)?;
         let members = eng.inner.members.read().clone();
+        // Members that keep no payload (timing-only SSD modes) read a probe block back as
+        // something else; when none keeps it, nothing the array reads could pass a check, so
+        // checks are off. One member that keeps it leaves them on: a member that does not
+        // return what was written is then a faulty member like any other.
+        let (bs, mdb) = (eng.inner.block_bytes(), eng.inner.md_bytes);
+        let probe: Vec<u8> = (0..bs).map(|i| (i * 7 + 1) as u8).collect();
+        let probe_md: Vec<u8> = (0..mdb).map(|i| (i * 5 + 3) as u8).collect();
+        let mut kept = 0;
         for d in &members {
+            d.write(0, &probe, Some(&probe_md), WriteHints::NONE).await?;
+            let (mut b, mut m) = (vec![0u8; bs], vec![0u8; mdb]);
+            d.read(0, &mut b, Some(&mut m)).await?;
+            kept += usize::from(b == probe && m == probe_md);
             d.trim(0, d.info().num_blocks).await?;
             d.flush().await?;
         }
+        eng.inner.checks.store(kept > 0, Ordering::Relaxed);
         Ok(eng)
     }
 
@@ -469,6 +488,7 @@ impl Inner {
         let c = Counters::new(&metrics);
         let n = k + m;
         let md_atomic = members.iter().all(|d| d.info().caps.md_atomic);
+        let timing_only = members.iter().any(|d| d.info().caps.timing_only);
         Ok(Inner {
             info,
             geo,
@@ -478,6 +498,7 @@ impl Inner {
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
             md_bytes: md,
             md_atomic,
+            checks: AtomicBool::new(!timing_only),
             format_version: format::format_version(md),
             tables: Mutex::new(Tables::new(geo)),
             rowlocks: locks::RowLocks::default(),
@@ -724,6 +745,10 @@ impl BlockDevice for Twophase {
     /// (see `scrub`). Other vendor commands are not supported.
     async fn vendor(&self, cmd: VendorCommand<'_>) -> DevResult<VendorReply> {
         match cmd {
+            // Over members that keep no payload there is nothing to verify.
+            VendorCommand::Scrub if !self.inner.checks() => {
+                Err(DevError::Unsupported { command: "scrub" })
+            }
             VendorCommand::Scrub => Ok(VendorReply::Scrubbed(self.inner.scrub().await?)),
             _ => Err(DevError::Unsupported { command: "vendor" }),
         }
