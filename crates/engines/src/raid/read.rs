@@ -89,11 +89,9 @@ impl Raid {
                 let lo = p.offset_blocks;
                 let hi = lo + p.blocks;
                 let shards = match self.read_chunks(stripe, lo, hi, &[p.data], skip).await {
-                    // The others could not rebuild it (damage elsewhere in the row): the slow
-                    // member is needed after all.
-                    Err(DevError::Corrupt { .. }) if routed => {
-                        self.read_chunks(stripe, lo, hi, &[p.data], None).await?
-                    }
+                    // The others could not rebuild it (damage elsewhere in the row, or another
+                    // member failed since the choice): the slow member is needed after all.
+                    Err(_) if routed => self.read_chunks(stripe, lo, hi, &[p.data], None).await?,
                     r => r?,
                 };
                 head.copy_from_slice(shards[p.data].as_deref().expect("reconstructed"));

@@ -338,10 +338,14 @@ impl Inner {
         // rest of the stripe, which rebuilds and heals what it can. Routed around a slow
         // member, a rebuild that damage elsewhere defeats reads the slow member after all.
         let (lo, hi) = (off, off + count as u64);
-        let mut r = self.read_stripe(row, lo, hi, &[d], routed.then_some(i), false).await?;
-        if routed && !r.lost.is_empty() {
-            r = self.read_stripe(row, lo, hi, &[d], None, false).await?;
-        }
+        let r = match self.read_stripe(row, lo, hi, &[d], routed.then_some(i), false).await {
+            // Another member failed since the choice, or damage elsewhere defeats the rebuild.
+            Err(_) if routed => self.read_stripe(row, lo, hi, &[d], None, false).await?,
+            Ok(r) if routed && !r.lost.is_empty() => {
+                self.read_stripe(row, lo, hi, &[d], None, false).await?
+            }
+            r => r?,
+        };
         buf.copy_from_slice(r.chunks[d].as_deref().expect("wanted chunk read or rebuilt"));
         Ok(r.lost.iter().map(|&(_, b)| b).collect())
     }
