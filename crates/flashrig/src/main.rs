@@ -328,7 +328,7 @@ enum ValidateCommand {
 struct TraceInput {
     /// The trace file.
     trace: PathBuf,
-    /// msr, fiu, spc, alibaba, disksim, vscsi, blkparse (detected when absent).
+    /// msr, fiu, spc, alibaba, disksim, vscsi, blkparse, or csv (a header naming the columns); detected when absent.
     #[arg(long)]
     format: Option<String>,
     /// Skip malformed lines (and count them) instead of stopping at the first.
@@ -697,6 +697,18 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                      {ios} host I/Os in {secs:.3} s = {:.2} M host I/Os per wall-second",
                     ios as f64 / secs / 1e6
                 );
+                let policies = flashrig::ssdlab::bench_buffer_policies(quick)?;
+                let base = policies[0].1 as f64 / policies[0].2;
+                for (policy, ios, secs) in &policies {
+                    let rate = *ios as f64 / secs;
+                    println!(
+                        "ssd-buffer-{policy}: micron-waflash, 8 KiB unaligned randrw at QD32 \
+                         (configs/examples/waflash-unaligned.toml): {ios} host I/Os in \
+                         {secs:.3} s = {:.2} M host I/Os per wall-second, {:.2}x lru",
+                        rate / 1e6,
+                        rate / base
+                    );
+                }
                 if !quick {
                     let (cap, rss, secs) = flashrig::ssdlab::bench_tag_memory("scalaafa-femu");
                     println!(
@@ -803,7 +815,7 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                 let cfg = flashrig_ssd::SsdConfig::preset(name).map_err(Error::Input)?;
                 let layout = flashrig_ssd::media::Layout::new(&cfg).map_err(Error::Input)?;
                 println!(
-                    "{name:16} {:>10} logical, {} {}, {} planes, {} KiB pages, {} KiB IU",
+                    "{name:18} {:>10} logical, {} {}, {} planes, {} KiB pages, {} KiB IU",
                     flashrig::run::human_bytes(layout.capacity_bytes() as f64),
                     cfg.nand.cell.name(),
                     if cfg.firmware.slc_cache_bytes > 0 { "+ SLC cache" } else { "" },

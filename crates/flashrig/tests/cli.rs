@@ -511,6 +511,25 @@ fn trace_tools_read_count_convert_and_reduce() {
     let out = flashrig(&["trace", "stats", good.to_str().unwrap(), "--format", "nope"]);
     assert_eq!(out.status.code(), Some(2));
 
+    // A CSV whose header names its columns (CloudPhysics vscsi: SCSI opcodes in hex, lbn in
+    // 512-byte sectors, whole-second times) is detected without --format; its 4 KiB writes
+    // start at odd sectors, so every one is unaligned at 4 KiB pages (WAFLASH Fig. 1), and
+    // the SYNCHRONIZE CACHE (0x35) moves no data.
+    let mut cp = String::from("version,time,op,size,lbn\n");
+    for i in 0..8u64 {
+        cp.push_str(&format!("1,{},2a,4096,{}\n", 5633898 + i, 1 + 16 * i + 2 * (i % 2)));
+    }
+    cp.push_str("1,5633907,28,8192,0\n1,5633907,35,0,0\n");
+    let cpf = write(d, "cloudphysics.csv", &cp);
+    let out = flashrig(&["trace", "stats", cpf.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["format"], "csv");
+    let s = &v["stats"];
+    assert_eq!((s["write_count"].as_u64(), s["read_count"].as_u64()), (Some(8), Some(1)));
+    assert_eq!(s["avg_write_kib"].as_f64(), Some(4.0));
+    assert_eq!(s["unaligned_write_ratio"][0].as_f64(), Some(1.0));
+
     // Reduction prints the thesis' r^2 check.
     let red = d.join("r.csv");
     let out = flashrig(&[

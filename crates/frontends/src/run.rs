@@ -448,6 +448,19 @@ fn render_ssd_layers(layer: &flashrig_metrics::LayerSnapshot, out: &mut String) 
             c("block_erases"),
             v("erase_count_max")
         ));
+        if c("partial_writebacks") > 0 {
+            // Unaligned writes reached the flash (WAFLASH's partial pages, docs/waflash.md).
+            let acd = layer.values.get("buffer_acd").map(|a| format!(", ACD {a:.1}"));
+            out.push_str(&format!(
+                "    partial pages: {} written back, {} update reads, {} filled in the buffer, \
+                 {} delayed by the buffer policy{}\n",
+                c("partial_writebacks"),
+                c("rmw_reads"),
+                c("buffer_partial_to_full"),
+                c("buffer_delayed_partial"),
+                acd.unwrap_or_default()
+            ));
+        }
     }
     for child in &layer.children {
         render_ssd_layers(child, out);

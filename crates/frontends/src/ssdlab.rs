@@ -377,6 +377,30 @@ timings (45 us read, 450 us program) the same geometry programs at 64 x 16 KiB /
 datasheet, lower `firmware.host_mb_per_s` by a measured link efficiency or lengthen the SLC
 timings with a source; the report will show the effect.";
 
+/// The unaligned-write example (configs/examples/waflash-unaligned.toml) with each write-buffer
+/// policy: host I/Os the simulator completed per wall-second, for WAFLASH's target of the new
+/// firmware's simulation speed relative to the baseline's, measured in the same invocation.
+/// Returns (policy, host I/Os, wall seconds); `quick` runs 0.5 s of virtual time, else 2 s.
+pub fn bench_buffer_policies(quick: bool) -> Result<Vec<(&'static str, u64, f64)>, crate::Error> {
+    const EXAMPLE: &str = include_str!("../../../configs/examples/waflash-unaligned.toml");
+    let mut out = Vec::new();
+    for policy in ["lru", "pc-lru", "mca"] {
+        let mut text =
+            EXAMPLE.replace("buffer_policy = \"pc-lru\"", &format!("buffer_policy = \"{policy}\""));
+        if quick {
+            text = text.replace("runtime_ms = 2000", "runtime_ms = 500");
+        }
+        let cfg = crate::config::Config::from_toml(
+            &text,
+            std::path::Path::new("configs/examples/waflash-unaligned.toml"),
+        )?;
+        let t = Instant::now();
+        let run = crate::run::run(&cfg)?;
+        out.push((policy, run.summary.ios, t.elapsed().as_secs_f64()));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

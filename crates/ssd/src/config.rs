@@ -206,12 +206,20 @@ pub enum TransientPlacement {
     Separate,
 }
 
-/// Replacement policy of the DRAM write buffer.
+/// Replacement policy of the DRAM write buffer (docs/waflash.md).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BufferPolicy {
+    /// The bottom of the LRU stack (SSDSim's policy; WAFLASH's Baseline).
     #[default]
     Lru,
+    /// WAFLASH §3.1: under chip congestion, the nearest full page goes and the partial pages
+    /// passed over are re-inserted ACD entries above the bottom.
+    #[serde(rename = "pc-lru")]
+    PcLru,
+    /// WAFLASH §5.3's MCA: a partial page whose additional read would wait is delayed by one
+    /// LRU position.
+    Mca,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -358,6 +366,8 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("scalaafa-femu", include_str!("../../../configs/presets/ssd/scalaafa-femu.toml")),
     ("samsung-980pro", include_str!("../../../configs/presets/ssd/samsung-980pro.toml")),
     ("micron-waflash", include_str!("../../../configs/presets/ssd/micron-waflash.toml")),
+    ("micron-waflash-4k", include_str!("../../../configs/presets/ssd/micron-waflash-4k.toml")),
+    ("micron-waflash-16k", include_str!("../../../configs/presets/ssd/micron-waflash-16k.toml")),
     ("p5800x", include_str!("../../../configs/presets/ssd/p5800x.toml")),
     ("p5316-qlc", include_str!("../../../configs/presets/ssd/p5316-qlc.toml")),
     ("qlc-femu", include_str!("../../../configs/presets/ssd/qlc-femu.toml")),
@@ -368,12 +378,25 @@ pub fn preset_names() -> Vec<&'static str> {
     PRESETS.iter().map(|(n, _)| *n).collect()
 }
 
-/// A preset's TOML table, or an error naming the known presets.
+/// A preset's TOML table, or an error naming the known presets. A preset may itself start
+/// from another (`preset = "base"` in its file: a variant states only what it changes, with
+/// its sources); the base's table comes first and the variant's keys replace its keys.
 pub fn preset_table(name: &str) -> Result<toml::Table, String> {
     let text = PRESETS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t).ok_or_else(|| {
         format!("unknown SSD preset \"{name}\"; known presets: {}", preset_names().join(", "))
     })?;
-    text.parse::<toml::Table>().map_err(|e| format!("preset {name}: {e}"))
+    let mut table = text.parse::<toml::Table>().map_err(|e| format!("preset {name}: {e}"))?;
+    match table.remove("preset") {
+        None => Ok(table),
+        Some(toml::Value::String(base)) if base != name => {
+            let mut merged = preset_table(&base)?;
+            merge_tables(&mut merged, &table);
+            Ok(merged)
+        }
+        Some(other) => {
+            Err(format!("preset {name}: its base preset = {other} is not another preset"))
+        }
+    }
 }
 
 /// Merges `over` into `base` key by key (tables recursively, everything else replaced).
@@ -563,6 +586,32 @@ mod tests {
             cfg.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(!cfg.sources.is_empty(), "preset {name} cites no sources");
         }
+    }
+
+    #[test]
+    fn a_preset_variant_starts_from_its_base_and_changes_only_what_it_states() {
+        let base = SsdConfig::preset("micron-waflash").unwrap();
+        for (name, page, oob) in
+            [("micron-waflash-4k", 4096, 128), ("micron-waflash-16k", 16384, 512)]
+        {
+            let v = SsdConfig::preset(name).unwrap();
+            assert_eq!((v.geometry.page_bytes, v.firmware.iu_bytes), (page, page), "{name}");
+            assert_eq!(v.geometry.oob_bytes_per_page, oob, "{name}");
+            assert_eq!(v.geometry.channels, base.geometry.channels, "{name}: the base's geometry");
+            assert_eq!(v.nand, base.nand, "{name}: the base's timings");
+            assert_eq!(v.firmware.block_bytes, 512, "{name}");
+            // The base's sources stay, and the variant's replace the keys it changed.
+            assert_eq!(v.sources.get("nand.read_ns"), base.sources.get("nand.read_ns"));
+            assert_ne!(
+                v.sources.get("geometry.page_bytes"),
+                base.sources.get("geometry.page_bytes")
+            );
+        }
+        assert_eq!(
+            SsdConfig::preset("micron-waflash-4k").unwrap().geometry.physical_bytes(),
+            256 << 30,
+            "Table 1's 256 GB"
+        );
     }
 
     #[test]

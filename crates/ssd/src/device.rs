@@ -182,6 +182,13 @@ impl Ssd {
         set("buffer_writebacks", c.buffer_writebacks);
         set("buffer_waits", c.buffer_waits);
         set("rmw_reads", c.rmw_reads);
+        set("partial_writebacks", c.partial_writebacks);
+        set("buffer_partial_to_full", c.buffer_partial_to_full);
+        set("buffer_partial_units", c.buffer_partial_units);
+        set("buffer_units", st.ctl.buffered_units() as u64);
+        let ps = st.ctl.buffer_stats();
+        set("buffer_delayed_partial", ps.delayed_partial);
+        set("buffer_pcd_samples", ps.pcd_samples);
         set("power_losses", c.power_losses);
         let cv = &st.ctl.engine.counters;
         set("convert_cmds", cv.cmds);
@@ -225,6 +232,9 @@ impl Ssd {
         if f.host_slots > 0 {
             // NAND level: everything programmed per unit the host's writes produced.
             r.set_value("waf_nand", all_units / host_units);
+        }
+        if ps.pcd_samples > 0 {
+            r.set_value("buffer_acd", ps.acd);
         }
         let mut erases = st.ctl.ftl.block_erase_counts();
         erases.sort_unstable();

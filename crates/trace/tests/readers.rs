@@ -74,6 +74,12 @@ fn samples() -> Vec<(Format, &'static str, &'static str, &'static str)> {
             "  8,0    3        1     0.000000000   697  Q   W 223490 + 8 [kjournald]\n  8,0    3        2     0.000001000   697  Q   W 223498 x 8 [kjournald]\n",
             "t.csv:2: expected `+` after sector",
         ),
+        (
+            Format::Csv,
+            "version,time,op,size,lbn\n1,5633898,2a,512,42932745\n1,5633899,28,4096,6160447\n",
+            "version,time,op,size,lbn\n1,5633898,2a,512,42932745\n1,5633899,2b,4096\n",
+            "t.csv:3: 4 fields where the header names 5",
+        ),
     ]
 }
 

@@ -75,6 +75,8 @@ pub fn reproduce<P: Paper>(paper: &P, s: &Settings) -> Result<Vec<String>, Error
         std::fs::create_dir_all(d)
             .map_err(|e| Error::Io(format!("cannot create {}: {e}", d.display())))?;
     }
+    // Held until the document is written: planning writes the synthetic traces already.
+    let _results_lock = output::lock_results(&s.outputs.results)?;
     let plan = paper.plan()?;
     let workers = schedule::workers(s.workers);
     if !s.quiet {

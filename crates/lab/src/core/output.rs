@@ -134,3 +134,43 @@ mod tests {
         assert!(quick.plots.starts_with("reproduce-results/scalaafa-quick"));
     }
 }
+
+/// Holds the results folder for one reproduction: two at once would rewrite the synthetic
+/// traces and result files one of them is reading (seen: a replay found a trace half
+/// rewritten and could not tell its format). The lock is an advisory lock on `<dir>/.lock`,
+/// released when the returned file is dropped, or by the kernel if the process dies.
+pub fn lock_results(dir: &Path) -> Result<std::fs::File, Error> {
+    let path = dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::Io(format!("cannot open {}: {e}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Input(format!(
+            "{}: another `flashrig reproduce` is using this results folder; wait for it to \
+             finish, or give --results (and -o, --plots) another place",
+            dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(Error::Io(format!("cannot lock {}: {e}", path.display())))
+        }
+    }
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use super::lock_results;
+
+    #[test]
+    fn a_second_reproduction_into_the_same_results_folder_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock_results(dir.path()).unwrap();
+        let e = lock_results(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("another `flashrig reproduce`"), "{e}");
+        drop(held);
+        lock_results(dir.path()).expect("free again once the first is done");
+    }
+}

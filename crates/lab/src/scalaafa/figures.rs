@@ -37,6 +37,17 @@ fn gbps_cells(values: &[Option<f64>]) -> String {
 
 /// Which phase of its two-phase engine each microbenchmark measured, from the run's counters
 /// over the measured window.
+/// Bytes a run wrote before its measured window (`[precondition] write`). The result file
+/// keeps the configuration as the run resolved it, where sizes are strings ("1708672KiB");
+/// a plain number of bytes is read too. 0 when the run was not preconditioned.
+fn precondition_bytes(config: &serde_json::Value) -> u64 {
+    let write = &config["precondition"]["write"];
+    write
+        .as_u64()
+        .or_else(|| write.as_str().and_then(|s| flashrig_frontends::size::parse_size(s).ok()))
+        .unwrap_or(0)
+}
+
 pub(super) fn phases(out: &mut String, r: &Results<Key>, _: &mut Plots) -> Result<(), Error> {
     let _ = writeln!(
         out,
@@ -72,7 +83,7 @@ pub(super) fn phases(out: &mut String, r: &Results<Key>, _: &mut Plots) -> Resul
         }
         let Some(run) = r.done[i].run.as_ref() else { continue };
         let Some(phase) = Phase::of(run) else { continue };
-        let pre = run.result.config["precondition"]["write"].as_u64().unwrap_or(0);
+        let pre = precondition_bytes(&run.result.config);
         let converted = match phase {
             Phase::Replication => 0,
             Phase::Conversion(n) => n,
@@ -376,4 +387,22 @@ pub(super) fn fig15(out: &mut String, r: &Results<Key>, plots: &mut Plots) -> Re
         plots.bars(out, stem, title, y, &cats, &series)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::precondition_bytes;
+
+    /// The phase table once printed "no" for every preconditioned run, because it read the
+    /// size as a number while result files keep it as a size string.
+    #[test]
+    fn precondition_size_is_read_from_the_string_result_files_keep() {
+        let cfg = serde_json::json!({"precondition": {"write": "1708672KiB", "fill": false}});
+        assert_eq!(precondition_bytes(&cfg), 1708672 * 1024);
+        let cfg = serde_json::json!({"precondition": {"write": 4096}});
+        assert_eq!(precondition_bytes(&cfg), 4096);
+        let cfg = serde_json::json!({"precondition": {"write": "0B"}});
+        assert_eq!(precondition_bytes(&cfg), 0);
+        assert_eq!(precondition_bytes(&serde_json::json!({})), 0);
+    }
 }

@@ -86,6 +86,15 @@ pub trait Ftl: Send {
         None
     }
     fn timer(&self) -> &NandTimer;
+    /// The plane holding (the first page of) `lpn`'s current version, if it is mapped.
+    fn plane_of(&self, _lpn: u32) -> Option<u32> {
+        None
+    }
+    /// The plane the next host program goes to (write-buffer policies ask whether it is
+    /// busy), if the FTL can say.
+    fn next_host_plane(&self) -> Option<u32> {
+        None
+    }
     /// Erase count of every physical block.
     fn block_erase_counts(&self) -> Vec<u32>;
     /// Keeps the media in a NAND image file from now on, first loading what the file holds
@@ -608,6 +617,18 @@ impl Ftl for PageMap {
 
     fn timer(&self) -> &NandTimer {
         &self.timer
+    }
+
+    fn plane_of(&self, lpn: u32) -> Option<u32> {
+        let (_, slot) = self.layout.split_ppa(self.l2p_get(lpn)?);
+        Some(self.layout.page_addr(self.layout.slot_pages(slot).0).plane)
+    }
+
+    fn next_host_plane(&self) -> Option<u32> {
+        let stream = if self.layout.slc_lines == 0 { Stream::HostDense } else { Stream::HostSlc };
+        // A stream without an open line opens one and starts at its first slot.
+        let slot = self.open[stream as usize].map_or(0, |l| self.lines[l as usize].wp);
+        Some(self.layout.page_addr(self.layout.slot_pages(slot).0).plane)
     }
 
     fn attach_image(&mut self, path: &std::path::Path) -> Result<Vec<RecoveryStep>, String> {

@@ -21,7 +21,7 @@ pub mod slc;
 
 use flashrig_blockdev::{DevResult, WriteHints};
 
-use self::buffer::{BufEntry, Lru, WriteBuffer};
+use self::buffer::{BufEntry, ChipView, IdleChips, Lru, WriteBuffer};
 use self::ftl::{Ftl, IuWrite, PageMap, RecoveryStep};
 use self::hostif::{HostIf, Times};
 use crate::config::{BufferPolicy, SsdConfig};
@@ -51,6 +51,14 @@ pub struct HostCounters {
     pub buffer_waits: u64,
     /// NAND reads of a unit's old version to complete a partial unit (read-modify-write).
     pub rmw_reads: u64,
+    /// Units written back while partial (some blocks never written to the buffer entry):
+    /// WAFLASH Fig. 11's partial-page writes to flash, whether or not they needed a read.
+    pub partial_writebacks: u64,
+    /// Buffered partial units that later writes filled up (WAFLASH Fig. 14d).
+    pub buffer_partial_to_full: u64,
+    /// Partial units in the buffer now (a gauge: WAFLASH Fig. 10's share is this over
+    /// the buffered units).
+    pub buffer_partial_units: u64,
     pub power_losses: u64,
 }
 
@@ -125,8 +133,11 @@ impl Controller {
         };
         let buffer_cap = (f.buffer_bytes / f.iu_bytes as u64) as usize;
         let flush_at = (buffer_cap * f.buffer_flush_percent as usize).div_ceil(100).max(1);
+        let full = mask(0, layout.blocks_per_iu);
         let buffer: Box<dyn WriteBuffer> = match f.buffer_policy {
             BufferPolicy::Lru => Box::new(Lru::new(buffer_cap)),
+            BufferPolicy::PcLru => Box::new(buffer::pclru::PcLru::new(buffer_cap, full)),
+            BufferPolicy::Mca => Box::new(buffer::mca::Mca::new(buffer_cap, full)),
         };
         let mut ftl: Box<dyn Ftl> = Box::new(PageMap::new(cfg, layout.clone(), shape));
         let start_report = match &cfg.backing {
@@ -226,20 +237,32 @@ impl Controller {
             return self.write_back(t);
         }
         let mut done = t;
+        let full = self.full_mask();
         if let Some(e) = self.buffer.touch(p.lpn) {
             put(&mut e.img);
+            let was_partial = e.present != full;
             e.present |= bits;
             e.seq = seq;
             e.flags = flags;
+            let now_full = e.present == full;
             self.counters.buffer_write_hits += 1;
+            if was_partial && now_full {
+                self.counters.buffer_partial_to_full += 1;
+                self.counters.buffer_partial_units -= 1;
+            }
+            self.buffer.wrote(p.lpn, was_partial);
         } else {
             done = done.max(self.make_room(t)?);
             let mut img = IuImage::zeroed(&shape);
             put(&mut img);
+            if bits != full {
+                self.counters.buffer_partial_units += 1;
+            }
             self.buffer.insert(BufEntry { lpn: p.lpn, present: bits, seq, flags, img });
         }
         if fua {
             let e = self.buffer.remove(p.lpn).expect("just buffered");
+            self.left_buffer(&e);
             self.group.push(e);
             done = done.max(self.write_back(t)?);
         }
@@ -255,7 +278,7 @@ impl Controller {
         // Units not yet being written back stay below the flush mark; the rest of the buffer
         // holds units whose programs are in flight.
         while !self.buffer.is_empty() && self.buffer.len() >= self.flush_at {
-            let n = self.take_victims(per);
+            let n = self.take_victims(t, per);
             let done = self.write_back(t)?;
             for _ in 0..n {
                 self.draining.push(done);
@@ -269,14 +292,35 @@ impl Controller {
         Ok(t)
     }
 
-    /// Moves up to `n` victims of the replacement policy into the write-back group.
-    fn take_victims(&mut self, n: usize) -> usize {
+    /// Moves up to `n` victims of the replacement policy into the write-back group, chosen
+    /// with the chips as they are at `t`.
+    fn take_victims(&mut self, t: u64, n: usize) -> usize {
         let n = n.min(self.buffer.len());
         for _ in 0..n {
-            let e = self.buffer.pop_victim().expect("buffer holds n entries");
+            let chips = FlashChips { ftl: self.ftl.as_ref(), t_ns: t };
+            let e = self.buffer.pop_victim(&chips).expect("buffer holds n entries");
+            self.left_buffer(&e);
             self.group.push(e);
         }
         n
+    }
+
+    /// Victims for a flush or a power loss: every unit goes, so the order is the stack's.
+    fn take_victims_in_order(&mut self, n: usize) -> usize {
+        let n = n.min(self.buffer.len());
+        for _ in 0..n {
+            let e = self.buffer.pop_victim(&IdleChips).expect("buffer holds n entries");
+            self.left_buffer(&e);
+            self.group.push(e);
+        }
+        n
+    }
+
+    /// Keeps the partial-unit gauge as an entry leaves the buffer.
+    fn left_buffer(&mut self, e: &BufEntry) {
+        if e.present != self.full_mask() {
+            self.counters.buffer_partial_units -= 1;
+        }
     }
 
     /// Programs the units in the write-back group (completing partial ones from NAND first);
@@ -288,6 +332,9 @@ impl Controller {
         let mut ius = std::mem::take(&mut self.ius);
         let mut group = std::mem::take(&mut self.group);
         for mut e in group.drain(..) {
+            if e.present != full {
+                self.counters.partial_writebacks += 1;
+            }
             if e.present != full && self.ftl.is_mapped(e.lpn) {
                 let (old, ready) = self.ftl.read_iu(t, e.lpn)?;
                 self.counters.rmw_reads += 1;
@@ -400,7 +447,9 @@ impl Controller {
         let mut done = t;
         for p in pieces(lba, blocks, self.layout.blocks_per_iu) {
             if p.count == self.layout.blocks_per_iu {
-                self.buffer.remove(p.lpn);
+                if let Some(e) = self.buffer.remove(p.lpn) {
+                    self.left_buffer(&e);
+                }
                 let seq = self.ftl.next_seq();
                 self.ftl.trim(p.lpn, seq);
             } else {
@@ -419,7 +468,7 @@ impl Controller {
         if !self.plp {
             let per = self.layout.slots_per_page as usize;
             while !self.buffer.is_empty() {
-                let n = self.take_victims(per);
+                let n = self.take_victims_in_order(per);
                 let d = self.write_back(t)?;
                 for _ in 0..n {
                     self.draining.push(d);
@@ -440,7 +489,7 @@ impl Controller {
         let step = if self.plp {
             let per = self.layout.slots_per_page as usize;
             while !self.buffer.is_empty() {
-                self.take_victims(per);
+                self.take_victims_in_order(per);
                 // A failure here would be a firmware bug (no space for buffered data).
                 let _ = self.write_back(t);
             }
@@ -450,6 +499,7 @@ impl Controller {
             }
         } else {
             self.buffer.drain();
+            self.counters.buffer_partial_units = 0;
             RecoveryStep {
                 name: "drop_buffer",
                 detail: format!("{buffered} buffered (unflushed) units lost"),
@@ -472,6 +522,27 @@ impl Controller {
     /// Units in the write buffer.
     pub fn buffered_units(&self) -> usize {
         self.buffer.len()
+    }
+
+    /// What the write buffer's replacement policy counts about its choices.
+    pub fn buffer_stats(&self) -> buffer::PolicyStats {
+        self.buffer.stats()
+    }
+}
+
+/// The NAND timelines as a write-buffer policy sees them at `t_ns` (see [`ChipView`]).
+struct FlashChips<'a> {
+    ftl: &'a dyn Ftl,
+    t_ns: u64,
+}
+
+impl ChipView for FlashChips<'_> {
+    fn read_would_wait(&self, lpn: u32) -> bool {
+        self.ftl.plane_of(lpn).is_some_and(|p| self.ftl.timer().plane_busy_at(p, self.t_ns))
+    }
+
+    fn program_would_wait(&self) -> bool {
+        self.ftl.next_host_plane().is_some_and(|p| self.ftl.timer().plane_busy_at(p, self.t_ns))
     }
 }
 

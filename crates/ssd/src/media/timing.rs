@@ -245,6 +245,12 @@ impl NandTimer {
             && self.channels.iter().all(|c| c.free_ns <= t_ns)
     }
 
+    /// Whether `plane` has work queued past `t_ns` (an operation issued there now would
+    /// wait). Write-buffer policies read it to tell congested chips from idle ones.
+    pub fn plane_busy_at(&self, plane: u32, t_ns: u64) -> bool {
+        self.planes.get(plane as usize).is_some_and(|p| p.free_ns > t_ns)
+    }
+
     /// When the last queued operation on any plane or channel ends (the device is idle from
     /// then on until something new is issued).
     pub fn busy_until(&self) -> u64 {

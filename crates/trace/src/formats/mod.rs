@@ -8,6 +8,7 @@
 
 mod alibaba;
 mod blkparse;
+mod csv;
 mod disksim;
 mod fiu;
 mod msr;
@@ -39,11 +40,15 @@ pub enum Format {
     Vscsi,
     /// `blkparse` default text output.
     Blkparse,
+    /// CSV whose first line names the columns (a CloudPhysics vscsi CSV, `version,time,op,
+    /// size,lbn`, for one); the columns are found by name.
+    Csv,
 }
 
 impl Format {
     /// Every format, in the order [`detect`] tries them (most distinctive shape first).
-    pub const ALL: [Format; 7] = [
+    pub const ALL: [Format; 8] = [
+        Format::Csv,
         Format::Blkparse,
         Format::Fiu,
         Format::DiskSim,
@@ -61,6 +66,7 @@ impl Format {
             Format::Spc => ("LBA", "Size"),
             Format::Alibaba => ("offset", "length"),
             Format::Blkparse => ("sector", "nsectors"),
+            Format::Csv => ("offset", "size"),
         }
     }
 
@@ -74,6 +80,7 @@ impl Format {
             Format::DiskSim => "disksim",
             Format::Vscsi => "vscsi",
             Format::Blkparse => "blkparse",
+            Format::Csv => "csv",
         }
     }
 }
@@ -96,6 +103,7 @@ impl FromStr for Format {
             "disksim" | "mqsim" | "ssdsim" | "ascii" => Format::DiskSim,
             "vscsi" | "cloudphysics" => Format::Vscsi,
             "blkparse" => Format::Blkparse,
+            "csv" | "named-csv" => Format::Csv,
             _ => return Err(TraceError::UnknownFormat(s.to_string())),
         })
     }
@@ -120,6 +128,8 @@ pub(crate) struct ParseState {
     /// blkparse: a line was an event (`maj,min cpu ...`), replayed or not; a file with none
     /// is not blkparse output at all.
     pub blk_event_seen: bool,
+    /// Named-column CSV: the layout its header line gave.
+    pub csv_columns: Option<csv::Columns>,
 }
 
 /// Parse one line (without its newline) of `format`.
@@ -137,6 +147,7 @@ pub(crate) fn parse_line(
         Format::DiskSim => disksim::parse(line),
         Format::Vscsi => vscsi::parse(line),
         Format::Blkparse => blkparse::parse(line, st),
+        Format::Csv => csv::parse(line, st),
     }
 }
 
