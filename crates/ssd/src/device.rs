@@ -213,6 +213,8 @@ impl Ssd {
         set("nand_program_bytes", n.program_bytes);
         set("nand_plane_busy_ns", n.plane_busy_ns);
         set("nand_gap_fills", n.gap_fills);
+        set("nand_sub_requests", n.sub_requests);
+        set("nand_sub_request_ns", n.sub_request_ns);
         for cell in CellType::ALL {
             set(&format!("nand_page_reads_{}", cell.name()), n.page_reads[cell as usize]);
             set(&format!("nand_page_programs_{}", cell.name()), n.page_programs[cell as usize]);

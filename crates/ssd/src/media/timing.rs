@@ -123,6 +123,12 @@ pub struct NandCounters {
     pub gap_fills: u64,
     /// Time planes spent sensing, programming and erasing, summed over planes.
     pub plane_busy_ns: u64,
+    /// Page reads and programs (the flash sub-requests of SSDSim's channel queues), and the
+    /// time each spent from its issue to its completion, summed: divided by a run's length
+    /// and the channel count, the mean number of sub-requests queued or in service on a
+    /// channel (Little's law; WAFLASH Fig. 14c).
+    pub sub_requests: u64,
+    pub sub_request_ns: u64,
 }
 
 pub struct NandTimer {
@@ -193,6 +199,8 @@ impl NandTimer {
         self.counters.gap_fills += filled as u64;
         let done = start + prog;
         self.counters.plane_busy_ns += prog;
+        self.counters.sub_requests += 1;
+        self.counters.sub_request_ns += done.saturating_sub(t_ns);
         self.counters.page_programs[cell] += 1;
         self.counters.program_bytes += bytes as u64;
         done
@@ -218,6 +226,8 @@ impl NandTimer {
         let cell = self.cell_index(slc);
         let (xfer_start, _) = self.channels[channel as usize].book(sensed, xfer, now);
         let done = xfer_start + xfer;
+        self.counters.sub_requests += 1;
+        self.counters.sub_request_ns += done.saturating_sub(t_ns);
         self.counters.page_reads[cell] += 1;
         self.counters.read_bytes += bytes as u64;
         done
@@ -294,6 +304,12 @@ mod tests {
         // Other plane: waits only for the channel (free at 200).
         assert_eq!(t.program(0, 0, 1, 2, false, 100), 300 + 300);
         assert_eq!(t.counters.page_programs[CellType::Tlc as usize], 3);
+        // Three sub-requests, each in the system from 0 to its completion.
+        assert_eq!(t.counters.sub_requests, 3);
+        assert_eq!(t.counters.sub_request_ns, 200 + 400 + 600);
+        // A read issued later counts from its issue.
+        assert_eq!(t.read(1000, 0, 0, 0, false, 10), 1020);
+        assert_eq!((t.counters.sub_requests, t.counters.sub_request_ns), (4, 1200 + 20));
     }
 
     #[test]

@@ -109,6 +109,9 @@ pub struct PcLru {
     full: u128,
     /// Per node slot: the stamp of the entry's last write reference (0: slot unused).
     stamp: Vec<u32>,
+    /// Per node slot: the entry is a full page (kept beside the links, so the scan for the
+    /// nearest full page never touches the entries).
+    full_at: Vec<bool>,
     clock: RefClock,
     /// Full pages in the buffer (no scan for one when there is none).
     full_pages: usize,
@@ -126,6 +129,7 @@ impl PcLru {
             list: LruList::new(capacity),
             full,
             stamp: Vec::with_capacity(capacity),
+            full_at: Vec::with_capacity(capacity),
             clock: RefClock::new(size),
             full_pages: 0,
             pcd_sum: 0,
@@ -134,7 +138,7 @@ impl PcLru {
     }
 
     fn is_full(&self, i: u32) -> bool {
-        self.list.entry(i).present == self.full
+        self.full_at[i as usize]
     }
 
     /// A fresh reference stamp for node `i`.
@@ -168,6 +172,7 @@ impl PcLru {
         self.stamp[i as usize] = 0;
         if self.is_full(i) {
             self.full_pages -= 1;
+            self.full_at[i as usize] = false;
         }
         self.list.take(i)
     }
@@ -177,14 +182,12 @@ impl PcLru {
         self.stats.acd.round() as usize
     }
 
-    /// Puts the unlinked nodes `passed` (bottom first) back with ACD entries below them,
-    /// keeping their order; on top when the stack is shorter than that.
-    fn reinsert(&mut self, passed: &[u32]) {
+    /// Puts the cut run of passed pages `top..=bottom` back with ACD entries below it,
+    /// keeping its order; on top when the stack is shorter than that.
+    fn reinsert(&mut self, top: u32, bottom: u32) {
         let acd = self.acd_positions();
         if acd == 0 {
-            for &p in passed.iter().rev() {
-                self.list.link_above(p, NIL);
-            }
+            self.list.splice_above(top, bottom, NIL);
             return;
         }
         let mut at = self.list.tail;
@@ -195,13 +198,9 @@ impl PcLru {
             at = self.list.prev(at);
         }
         if at == NIL {
-            for &p in passed {
-                self.list.push_front(p);
-            }
+            self.list.splice_on_top(top, bottom);
         } else {
-            for &p in passed.iter().rev() {
-                self.list.link_above(p, at);
-            }
+            self.list.splice_above(top, bottom, at);
         }
     }
 }
@@ -214,9 +213,11 @@ impl WriteBuffer for PcLru {
         let i = self.list.insert(entry);
         if self.stamp.len() < self.list.slots() {
             self.stamp.resize(self.list.slots(), 0);
+            self.full_at.resize(self.list.slots(), false);
         }
         if full {
             self.full_pages += 1;
+            self.full_at[i as usize] = true;
         }
         self.refer(i);
     }
@@ -233,8 +234,9 @@ impl WriteBuffer for PcLru {
             self.pcd_sum += pcd as u64;
             self.stats.pcd_samples += 1;
             self.stats.acd = self.pcd_sum as f64 / self.stats.pcd_samples as f64;
-            if self.is_full(i) {
+            if self.list.entry(i).present == self.full {
                 self.full_pages += 1;
+                self.full_at[i as usize] = true;
             }
         }
         self.refer(i);
@@ -253,21 +255,20 @@ impl WriteBuffer for PcLru {
         if !congested {
             return Some(self.take(tail));
         }
-        // The nearest full page above the bottom; the partial pages passed over are
-        // re-inserted ACD entries above the bottom.
-        let mut passed = Vec::new();
-        let mut i = tail;
+        // The nearest full page above the bottom; the partial pages passed over (a run from
+        // the bottom up to it) are cut out and re-inserted ACD entries above the bottom.
+        let mut passed = 0;
+        let (mut i, mut top) = (tail, tail);
         while !self.is_full(i) {
-            passed.push(i);
+            passed += 1;
+            top = i;
             i = self.list.prev(i);
             debug_assert!(i != NIL, "full_pages > 0 promises a full page");
         }
+        let bottom = self.list.cut_bottom(top);
         let victim = self.take(i);
-        for &p in &passed {
-            self.list.unlink(p);
-        }
-        self.reinsert(&passed);
-        self.stats.delayed_partial += passed.len() as u64;
+        self.reinsert(top, bottom);
+        self.stats.delayed_partial += passed;
         Some(victim)
     }
 
