@@ -181,7 +181,7 @@ impl Ssd {
         set("buffer_write_hits", c.buffer_write_hits);
         set("buffer_writebacks", c.buffer_writebacks);
         set("buffer_waits", c.buffer_waits);
-        set("rmw_reads", c.rmw_reads);
+        set("rmw_reads", f.rmw_reads);
         set("partial_writebacks", c.partial_writebacks);
         set("buffer_partial_to_full", c.buffer_partial_to_full);
         set("buffer_partial_units", c.buffer_partial_units);

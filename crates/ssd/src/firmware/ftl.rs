@@ -28,6 +28,9 @@ pub struct IuWrite {
     pub seq: u64,
     pub flags: u8,
     pub img: IuImage,
+    /// Bit `i` set: host block `i` of the unit is in `img`. A unit written back from the
+    /// buffer may be partial (WAFLASH's partial page); the FTL decides how to complete it.
+    pub present: u128,
 }
 
 /// One step of recovery, as logged.
@@ -50,6 +53,9 @@ pub struct FtlCounters {
     /// Units the paced evictor moved in idle time (part of `slc_evictions`).
     pub slc_evicted_idle: u64,
     pub slot_reads: u64,
+    /// Reads of a unit's old version to complete a partial unit (read-modify-write; the
+    /// additional "update reads" of WAFLASH Fig. 12).
+    pub rmw_reads: u64,
     pub oob_mismatches: u64,
     /// Host units written with the transient hint into SLC lines.
     pub slc_transient_units: u64,
@@ -70,7 +76,8 @@ pub trait Ftl: Send {
     /// Reads a unit issued at `t_ns`: its content (`None` when unmapped) and when it is ready.
     fn read_iu(&mut self, t_ns: u64, lpn: u32) -> DevResult<(Option<IuImage>, u64)>;
     /// Programs host units issued at `t_ns` (grouped into pages by the FTL), leaving `ius`
-    /// empty; returns when the last program is done.
+    /// empty; returns when the last program is done. Units may be partial (`present`): the
+    /// page-level FTL completes each from its old version first (a read-modify-write).
     fn program(&mut self, t_ns: u64, ius: &mut Vec<IuWrite>) -> DevResult<u64>;
     /// Unmaps a unit; durable at once.
     fn trim(&mut self, lpn: u32, seq: u64);
@@ -485,6 +492,7 @@ impl PageMap {
                 seq: st.seq[s as usize],
                 flags: st.flags[s as usize],
                 img: st.get(s),
+                present: u128::MAX,
             });
         }
         done
@@ -517,6 +525,38 @@ impl PageMap {
             self.free_dense.push_back(line);
         }
         done
+    }
+}
+
+impl PageMap {
+    /// Completes the partial units of a write-back group issued at `t_ns`: each unit written
+    /// before is read (all reads issued at `t_ns`) and its missing blocks are taken from the
+    /// old version. Returns when the last read is done, the time the group's programs may
+    /// start. A unit never written keeps zeros in its missing blocks.
+    fn complete_partial_units(&mut self, t_ns: u64, ius: &mut [IuWrite]) -> DevResult<u64> {
+        let full = if self.layout.blocks_per_iu >= 128 {
+            u128::MAX
+        } else {
+            (1u128 << self.layout.blocks_per_iu) - 1
+        };
+        let shape = self.shape;
+        let mut start = t_ns;
+        for w in ius.iter_mut() {
+            if w.present & full == full || !self.is_mapped(w.lpn) {
+                continue;
+            }
+            let (old, ready) = self.read_iu(t_ns, w.lpn)?;
+            self.counters.rmw_reads += 1;
+            start = start.max(ready);
+            if let Some(old) = old {
+                for i in 0..self.layout.blocks_per_iu {
+                    if w.present & (1u128 << i) == 0 {
+                        w.img.copy_block_from(&shape, i as usize, &old);
+                    }
+                }
+            }
+        }
+        Ok(start)
     }
 }
 
@@ -558,6 +598,7 @@ impl Ftl for PageMap {
     }
 
     fn program(&mut self, t_ns: u64, ius: &mut Vec<IuWrite>) -> DevResult<u64> {
+        let t_ns = self.complete_partial_units(t_ns, ius)?;
         if self.layout.slc_lines == 0 {
             // No SLC cache: every host write goes to the dense area's one host stream, and
             // the transient placement has nothing to separate.
@@ -675,6 +716,7 @@ mod tests {
             seq: lpn as u64 + 10,
             flags: if lpn.is_multiple_of(2) { FLAG_TRANSIENT } else { 0 },
             img: IuImage::zeroed(&shape),
+            present: u128::MAX,
         };
         for lpn in 0..n {
             ftl.program(0, &mut vec![unit(lpn)]).unwrap();

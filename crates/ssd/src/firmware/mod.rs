@@ -49,8 +49,6 @@ pub struct HostCounters {
     pub buffer_writebacks: u64,
     /// Writes that waited for buffer space.
     pub buffer_waits: u64,
-    /// NAND reads of a unit's old version to complete a partial unit (read-modify-write).
-    pub rmw_reads: u64,
     /// Units written back while partial (some blocks never written to the buffer entry):
     /// WAFLASH Fig. 11's partial-page writes to flash, whether or not they needed a read.
     pub partial_writebacks: u64,
@@ -323,35 +321,27 @@ impl Controller {
         }
     }
 
-    /// Programs the units in the write-back group (completing partial ones from NAND first);
+    /// Programs the units in the write-back group at `t` (the FTL completes partial ones);
     /// returns when done.
     fn write_back(&mut self, t: u64) -> DevResult<u64> {
         let full = self.full_mask();
-        let shape = self.shape;
-        let mut start = t;
         let mut ius = std::mem::take(&mut self.ius);
         let mut group = std::mem::take(&mut self.group);
-        for mut e in group.drain(..) {
+        for e in group.drain(..) {
             if e.present != full {
                 self.counters.partial_writebacks += 1;
             }
-            if e.present != full && self.ftl.is_mapped(e.lpn) {
-                let (old, ready) = self.ftl.read_iu(t, e.lpn)?;
-                self.counters.rmw_reads += 1;
-                start = start.max(ready);
-                if let Some(old) = old {
-                    for i in 0..self.layout.blocks_per_iu {
-                        if e.present & (1u128 << i) == 0 {
-                            e.img.copy_block_from(&shape, i as usize, &old);
-                        }
-                    }
-                }
-            }
-            ius.push(IuWrite { lpn: e.lpn, seq: e.seq, flags: e.flags, img: e.img });
+            ius.push(IuWrite {
+                lpn: e.lpn,
+                seq: e.seq,
+                flags: e.flags,
+                img: e.img,
+                present: e.present,
+            });
         }
         self.group = group;
         self.counters.buffer_writebacks += ius.len() as u64;
-        let done = self.ftl.program(start, &mut ius);
+        let done = self.ftl.program(t, &mut ius);
         self.ius = ius;
         let done = done?;
         self.last_program_done_ns = self.last_program_done_ns.max(done);
