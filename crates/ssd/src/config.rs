@@ -368,6 +368,7 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("micron-waflash", include_str!("../../../configs/presets/ssd/micron-waflash.toml")),
     ("micron-waflash-4k", include_str!("../../../configs/presets/ssd/micron-waflash-4k.toml")),
     ("micron-waflash-16k", include_str!("../../../configs/presets/ssd/micron-waflash-16k.toml")),
+    ("micron-waflash-tlc", include_str!("../../../configs/presets/ssd/micron-waflash-tlc.toml")),
     ("p5800x", include_str!("../../../configs/presets/ssd/p5800x.toml")),
     ("p5316-qlc", include_str!("../../../configs/presets/ssd/p5316-qlc.toml")),
     ("qlc-femu", include_str!("../../../configs/presets/ssd/qlc-femu.toml")),
@@ -612,6 +613,11 @@ mod tests {
             256 << 30,
             "Table 1's 256 GB"
         );
+        // §5.4's TLC chip: only the latencies change.
+        let tlc = SsdConfig::preset("micron-waflash-tlc").unwrap();
+        assert_eq!((tlc.nand.read_ns[0], tlc.nand.program_ns[0]), (75_000, 1_200_000));
+        assert_eq!(tlc.nand.erase_ns, 4_500_000);
+        assert_eq!((tlc.geometry, tlc.firmware), (base.geometry.clone(), base.firmware.clone()));
     }
 
     #[test]

@@ -34,7 +34,8 @@ pub(crate) struct Columns {
     count: usize,
 }
 
-const NAMES: &str = "op, offset (lbn/lba/sector, or offset in bytes) and size columns; time is optional";
+const NAMES: &str =
+    "op, offset (lbn/lba/sector, or offset in bytes) and size columns; time is optional";
 
 /// The column layout a header line names, or why it is not a usable header.
 fn header(line: &[u8]) -> Result<Columns, String> {
