@@ -488,6 +488,13 @@ pub struct WorkloadConfig {
     /// (default 1000).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub series_ms: Option<u64>,
+    /// Counters of the stack to sample once per `series_ms` while the jobs run, each summed
+    /// over the layers that have it (e.g. `["buffer_partial_units", "buffer_units"]` for
+    /// WAFLASH's partial page ratio over time); the result holds them as
+    /// `workload.counter_series`. Empty (the default) samples nothing. Left out of the
+    /// effective configuration when empty, so results of runs without it stay as they were.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub series_counters: Vec<String>,
     /// Stamp every written block with its address and version (a header and a CRC, as
     /// flashrig-check verifies). `false` sends the same buffer for every write, for
     /// timing-only runs (an SSD in payload mode `none`) where stamping would dominate.
@@ -537,6 +544,7 @@ impl Default for WorkloadConfig {
             final_flush: true,
             stamp: true,
             series_ms: None,
+            series_counters: Vec::new(),
         }
     }
 }
@@ -635,6 +643,15 @@ impl Config {
         }
         if w.rate_iops == Some(0) {
             return Err("workload.rate_iops must be positive".into());
+        }
+        for (i, name) in w.series_counters.iter().enumerate() {
+            // A name twice would be one column of the result recorded twice.
+            if name.is_empty() || w.series_counters[..i].contains(name) {
+                return Err(format!(
+                    "workload.series_counters[{i}] = \"{name}\": names must be non-empty and \
+                     listed once"
+                ));
+            }
         }
         Ok(())
     }

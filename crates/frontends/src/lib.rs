@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod calibrate;
 pub mod config;
+pub mod counters;
 pub mod crashcheck;
 pub mod distribution;
 pub mod error;

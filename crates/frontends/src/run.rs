@@ -6,9 +6,10 @@ use flashrig_runtime::{spawn_on, RunStats, RuntimeKind};
 use serde_json::json;
 
 use crate::config::{Config, DeviceConfig, WorkloadConfig};
+use crate::counters::{CounterSampler, CounterSeries};
 use crate::error::Error;
 use crate::size::format_size;
-use crate::workload::{run_job, JobOutcome, Progress, WorkloadSummary};
+use crate::workload::{run_job, JobOutcome, Progress, WorkloadSummary, SERIES_INTERVAL_NS};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -115,6 +116,16 @@ pub fn run_with_progress(cfg: &Config, show_progress: bool) -> Result<RunOutput,
     result
 }
 
+/// What the runtime's main task hands back to [`run_inner`].
+struct Outcome {
+    jobs: Vec<JobOutcome>,
+    total: JobOutcome,
+    layers: flashrig_metrics::LayerSnapshot,
+    replay_counts: Option<crate::replay::ReplayCounts>,
+    preconditioned: Option<flashrig_metrics::LayerSnapshot>,
+    counter_series: Option<CounterSeries>,
+}
+
 fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> {
     let job_cfg = cfg.clone();
     let (outcome, stats) = flashrig_runtime::run(cfg.runtime, cfg.reactors, move || async move {
@@ -126,6 +137,15 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
             dev.info().block_size as u64,
             dev.info().capacity_bytes(),
         )?;
+        // Unknown counter names fail now, before preconditioning and the run, not after them.
+        let series_counters = &cfg.workload.series_counters;
+        if !series_counters.is_empty() {
+            crate::counters::check_names(&snapshot_stack(dev.as_ref()), series_counters)?;
+        }
+        let counter_interval_ns = match cfg.workload.series_interval_ns() {
+            0 => SERIES_INTERVAL_NS,
+            ns => ns,
+        };
         // The layers' counters after preconditioning, so a reader can tell what the measured
         // window did (a two-phase engine's conversions, an SSD's programs) from what the
         // preconditioning did.
@@ -139,11 +159,23 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
         }
         if let Some(r) = &cfg.replay {
             let interval = cfg.workload.series_interval_ns();
+            let sampler = CounterSampler::start(&dev, series_counters, counter_interval_ns)?;
             let (total, counts) =
                 crate::replay::replay_with_series(dev.clone(), r.clone(), interval).await?;
+            let counter_series = sampler.map(CounterSampler::finish);
             let layers = snapshot_stack(dev.as_ref());
-            return Ok((vec![total.clone()], total, layers, Some(counts), preconditioned));
+            return Ok(Outcome {
+                jobs: vec![total.clone()],
+                total,
+                layers,
+                replay_counts: Some(counts),
+                preconditioned,
+                counter_series,
+            });
         }
+        // Sampling starts with the measured window, at the instant the jobs start, and takes
+        // its first sample before they issue anything.
+        let sampler = CounterSampler::start(&dev, series_counters, counter_interval_ns)?;
         let reactors = flashrig_runtime::num_reactors();
         let mut handles = Vec::new();
         for job in 0..cfg.workload.jobs as u64 {
@@ -159,6 +191,10 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
         for h in handles {
             jobs.push(h.await);
         }
+        // The jobs are done: the sampler stops here, so the final flush below is not sampled
+        // and its last wake-up can neither extend the run nor count as I/O (the run's end is
+        // the jobs' last completion or the flush, never the sampler's clock).
+        let counter_series = sampler.map(CounterSampler::finish);
         let mut total = JobOutcome {
             start_ns: u64::MAX,
             series_interval_ns: cfg.workload.series_interval_ns(),
@@ -175,9 +211,9 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
             total.end_ns = total.end_ns.max(flashrig_runtime::now_ns()).max(t0);
         }
         let layers = snapshot_stack(dev.as_ref());
-        Ok((jobs, total, layers, None, preconditioned))
+        Ok(Outcome { jobs, total, layers, replay_counts: None, preconditioned, counter_series })
     });
-    let (jobs, total, layers, replay_counts, preconditioned) = outcome?;
+    let Outcome { jobs, total, layers, replay_counts, preconditioned, counter_series } = outcome?;
     if total.stalled {
         return Err(Error::Input(format!(
             "workload.runtime_ms = {}: the stack completes every request in zero {} time, so \
@@ -216,6 +252,9 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
     }
     if let Some(p) = &preconditioned {
         workload["precondition_layers"] = serde_json::to_value(p).expect("snapshot serialises");
+    }
+    if let Some(c) = &counter_series {
+        workload["counter_series"] = serde_json::to_value(c).expect("series serialises");
     }
     let result = RunResult {
         format: RESULT_FORMAT.to_string(),
