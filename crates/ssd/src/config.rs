@@ -222,6 +222,25 @@ pub enum BufferPolicy {
     Mca,
 }
 
+/// Mapping scheme of the FTL (docs/waflash.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FtlPolicy {
+    /// Page-level mapping: a partial unit is completed by a read-modify-write (WAFLASH's
+    /// Baseline).
+    #[default]
+    Page,
+    /// WAFLASH §3.2's MV-FTL: a partial unit of more than half a page is programmed as a new
+    /// version without reading the old one, and reads merge the versions.
+    Mv,
+}
+
+impl FtlPolicy {
+    fn is_page(&self) -> bool {
+        *self == FtlPolicy::Page
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Firmware {
@@ -242,6 +261,11 @@ pub struct Firmware {
     /// DRAM write-buffer size; 0 writes through to NAND.
     pub buffer_bytes: u64,
     pub buffer_policy: BufferPolicy,
+    /// `page` (default): the page-level FTL; `mv`: WAFLASH's multi-version FTL. Left out of
+    /// the serialized configuration when `page`, so results of runs that do not use MV-FTL
+    /// (whose files echo the configuration) stay byte-identical to those from before it.
+    #[serde(skip_serializing_if = "FtlPolicy::is_page")]
+    pub ftl_policy: FtlPolicy,
     /// Write-back (in replacement-policy order) keeps the units not yet being written back
     /// below this percentage of the buffer; the rest of the buffer holds units whose programs
     /// are in flight. A host write waits only when the whole buffer is occupied.
@@ -300,6 +324,7 @@ impl Default for Firmware {
             command_ns: 0,
             buffer_bytes: 256 * 1024,
             buffer_policy: BufferPolicy::Lru,
+            ftl_policy: FtlPolicy::Page,
             buffer_flush_percent: 50,
             plp: false,
             gc_policy: GcPolicy::Greedy,
@@ -455,6 +480,15 @@ impl SsdConfig {
             return Err("backing: a NAND image keeps the payload, and payload = \"none\" has none                         (use \"full\" or \"tag\")"
                 .into());
         }
+        // MV-FTL keeps each partial version's sector bitmap in the slot's OOB, and the NAND
+        // image file's slot header (docs/formats.md) has no field for it yet: a device loaded
+        // from a file would lose the bitmaps and read partial versions as whole units.
+        if self.backing.is_some() && f.ftl_policy == FtlPolicy::Mv {
+            return Err("backing: firmware.ftl_policy = \"mv\" cannot keep a NAND image file yet \
+                        (the image's slot header has no field for a version's sector bitmap); \
+                        use ftl_policy = \"page\" or drop backing"
+                .into());
+        }
         if g.planes() > 1 << 16 {
             return Err(format!("geometry: {} planes is more than 65536", g.planes()));
         }
@@ -561,13 +595,16 @@ impl SsdConfig {
         // sequence number (8), a flag byte, and the host metadata of its blocks.
         let slots_per_page = (g.page_bytes / f.iu_bytes).max(1);
         let blocks_per_iu = f.iu_bytes / f.block_bytes;
+        // MV-FTL adds a version's sector bitmap, one bit per host block of the unit.
+        let bitmap = if f.ftl_policy == FtlPolicy::Mv { blocks_per_iu.div_ceil(8) } else { 0 };
         let per_slot = crate::media::OOB_FTL_BYTES_PER_SLOT
+            + bitmap
             + f.md_bytes * blocks_per_iu / (f.iu_bytes / g.page_bytes).max(1);
         if slots_per_page * per_slot > g.oob_bytes_per_page {
             return Err(format!(
                 "geometry.oob_bytes_per_page = {}: a page holds {slots_per_page} mapping unit(s) \
-                 needing {per_slot} OOB bytes each (reverse map {} + host metadata); raise it \
-                 or lower firmware.md_bytes",
+                 needing {per_slot} OOB bytes each (reverse map {} + host metadata, and with \
+                 ftl_policy = \"mv\" a sector bitmap); raise it or lower firmware.md_bytes",
                 g.oob_bytes_per_page,
                 crate::media::OOB_FTL_BYTES_PER_SLOT
             ));
@@ -716,5 +753,22 @@ mod tests {
         let t: toml::Table = "[firmware]\nslc_eviction = \"lazy\"\n".parse().unwrap();
         let e = SsdConfig::resolve(&t).unwrap_err();
         assert!(e.contains("slc_eviction") && e.contains("paced"), "{e}");
+    }
+
+    #[test]
+    fn mv_ftl_refuses_an_image_file_and_allows_whole_block_units() {
+        let mut cfg = SsdConfig::preset("micron-waflash").unwrap();
+        cfg.firmware.ftl_policy = FtlPolicy::Mv;
+        cfg.validate().unwrap();
+        cfg.backing = Some("x.img".into());
+        let e = cfg.validate().unwrap_err();
+        assert!(e.contains("ftl_policy") && e.contains("bitmap"), "{e}");
+        // One host block per unit: no unit is ever partial, so MV-FTL has nothing to do, and
+        // the configuration is valid.
+        let mut cfg = SsdConfig::preset("tiny").unwrap();
+        cfg.firmware.ftl_policy = FtlPolicy::Mv;
+        cfg.validate().unwrap();
+        let t: toml::Table = "preset = \"tiny\"\n[firmware]\nftl_policy = \"mv\"".parse().unwrap();
+        assert_eq!(SsdConfig::resolve(&t).unwrap().firmware.ftl_policy, FtlPolicy::Mv);
     }
 }

@@ -208,6 +208,16 @@ impl Ssd {
         set("slc_transient_died", f.slc_transient_died);
         set("pad_units", f.pad_slots);
         set("oob_mismatches", f.oob_mismatches);
+        // MV-FTL's counters exist only in its runs, so the page-level FTL's results keep the
+        // counter set they always had.
+        if self.cfg.firmware.ftl_policy == crate::config::FtlPolicy::Mv {
+            set("mv_versions_written", f.mv_versions_written);
+            set("mv_extra_reads", f.mv_extra_reads);
+            set("mv_merges", f.mv_merges);
+            set("mv_idle_merges", f.mv_idle_merges);
+            set("mv_chained_units", f.mv_chained_units);
+            set("mv_chain_versions", f.mv_chain_versions);
+        }
         set("block_erases", n.block_erases);
         set("nand_read_bytes", n.read_bytes);
         set("nand_program_bytes", n.program_bytes);

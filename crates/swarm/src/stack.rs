@@ -20,7 +20,7 @@ use flashrig_engines::twophase::format::MD_BYTES_CHECKSUM;
 use flashrig_engines::twophase::{Twophase, TwophaseOptions};
 use flashrig_engines::{Concat, Stripe};
 use flashrig_runtime::HostCosts;
-use flashrig_ssd::config::{BufferPolicy, EvictorPolicy, SsdConfig};
+use flashrig_ssd::config::{BufferPolicy, EvictorPolicy, FtlPolicy, SsdConfig};
 use flashrig_ssd::Ssd;
 use parking_lot::Mutex;
 
@@ -75,8 +75,9 @@ pub enum SsdVariant {
     /// 512-byte sectors.
     Sectors512,
     /// 512-byte sectors over 8 KiB pages mapped page by page (WAFLASH's SSD), with a write
-    /// buffer policy of WAFLASH §3.1 / §5.3 choosing which partial pages reach the flash.
-    Unaligned(BufferPolicy),
+    /// buffer policy of WAFLASH §3.1 / §5.3 choosing which partial pages reach the flash, and
+    /// the FTL storing them (`mv`: WAFLASH §3.2's multi-version pages).
+    Unaligned(BufferPolicy, FtlPolicy),
     /// A large write buffer with power-loss protection: every acknowledged write survives.
     Plp,
     /// Backed by an image file: a power cut is the process dying, and start-up reads the image.
@@ -212,8 +213,9 @@ pub fn catalogue() -> Vec<StackSpec> {
     add("ssd:slc", Ssd(SsdVariant::Slc));
     add("ssd:coarse", Ssd(SsdVariant::Coarse));
     add("ssd:512", Ssd(SsdVariant::Sectors512));
-    add("ssd:512:pc-lru", Ssd(SsdVariant::Unaligned(BufferPolicy::PcLru)));
-    add("ssd:512:mca", Ssd(SsdVariant::Unaligned(BufferPolicy::Mca)));
+    add("ssd:512:pc-lru", Ssd(SsdVariant::Unaligned(BufferPolicy::PcLru, FtlPolicy::Page)));
+    add("ssd:512:mca", Ssd(SsdVariant::Unaligned(BufferPolicy::Mca, FtlPolicy::Page)));
+    add("ssd:512:mv", Ssd(SsdVariant::Unaligned(BufferPolicy::Lru, FtlPolicy::Mv)));
     add("ssd:plp", Ssd(SsdVariant::Plp));
     add("ssd:image", Ssd(SsdVariant::Image));
     add("stripe:3", Stripe { members: 3 });
@@ -271,7 +273,7 @@ fn ssd_config(spec: &StackSpec, image: Option<&std::path::Path>) -> SsdConfig {
                     cfg.firmware.host_mb_per_s = 3000.0;
                 }
                 SsdVariant::Image => cfg.backing = image.map(|p| p.to_path_buf()),
-                SsdVariant::Unaligned(policy) => {
+                SsdVariant::Unaligned(policy, ftl) => {
                     cfg.firmware.block_bytes = 512;
                     cfg.geometry.page_bytes = 8192;
                     cfg.geometry.pages_per_block = 48;
@@ -279,6 +281,7 @@ fn ssd_config(spec: &StackSpec, image: Option<&std::path::Path>) -> SsdConfig {
                     // 16 sectors x 16 metadata bytes + the FTL's 13 per unit.
                     cfg.geometry.oob_bytes_per_page = 512;
                     cfg.firmware.buffer_policy = policy;
+                    cfg.firmware.ftl_policy = ftl;
                 }
                 SsdVariant::Plain | SsdVariant::Slc => {}
             }

@@ -16,7 +16,7 @@ use rustc_hash::FxHashMap;
 
 use super::gc::VictimPolicy;
 use super::slc::Evictor;
-use crate::config::{SlcEviction, SsdConfig, TransientPlacement};
+use crate::config::{FtlPolicy, SlcEviction, SsdConfig, TransientPlacement};
 use crate::media::image::{LineEntry, NandImage, SlotHeader};
 use crate::media::store::{IuImage, LineStore, Shape, FLAG_TRANSIENT};
 use crate::media::{Layout, NandTimer};
@@ -64,6 +64,20 @@ pub struct FtlCounters {
     /// Transient units invalidated (overwritten, trimmed, or deallocated by a conversion)
     /// while still in an SLC line: they died in SLC and cost no dense program.
     pub slc_transient_died: u64,
+    /// MV-FTL: partial units programmed as a new version, without a read (WAFLASH §3.2).
+    pub mv_versions_written: u64,
+    /// MV-FTL: reads of older versions a read needed for blocks its newest version lacks
+    /// (beyond the one read of the newest version).
+    pub mv_extra_reads: u64,
+    /// MV-FTL: version chains merged into one whole unit (by GC, SLC eviction, or idle time).
+    pub mv_merges: u64,
+    /// MV-FTL: of `mv_merges`, those done in idle time.
+    pub mv_idle_merges: u64,
+    /// MV-FTL gauge: logical units with more than one version now.
+    pub mv_chained_units: u64,
+    /// MV-FTL gauge: versions those units hold now, the newest included (so
+    /// `mv_chain_versions / mv_chained_units` is the mean number of versions per chained unit).
+    pub mv_chain_versions: u64,
 }
 
 /// The interface between the controller and a mapping scheme. The page map implements it;
@@ -74,7 +88,9 @@ pub trait Ftl: Send {
     fn next_seq(&mut self) -> u64;
     fn is_mapped(&self, lpn: u32) -> bool;
     /// Reads a unit issued at `t_ns`: its content (`None` when unmapped) and when it is ready.
-    fn read_iu(&mut self, t_ns: u64, lpn: u32) -> DevResult<(Option<IuImage>, u64)>;
+    /// `need` holds the host blocks the caller will use (bit `i`: block `i`); the others may
+    /// hold anything (MV-FTL reads only the versions the needed blocks are in).
+    fn read_iu(&mut self, t_ns: u64, lpn: u32, need: u128) -> DevResult<(Option<IuImage>, u64)>;
     /// Programs host units issued at `t_ns` (grouped into pages by the FTL), leaving `ius`
     /// empty; returns when the last program is done. Units may be partial (`present`): the
     /// page-level FTL completes each from its old version first (a read-modify-write).
@@ -171,6 +187,12 @@ impl Stream {
 pub const STREAMS: usize = 4;
 
 const L2P_CHUNK: usize = 1 << 16;
+
+/// MV-FTL: the most versions one logical unit may have; a partial unit that would make more
+/// is completed by a read-modify-write instead (which merges the chain), so a read never
+/// needs more than this many page reads. The paper leaves the bound open (its PT/F field has
+/// 6 bits, §3.2); 8 keeps reads bounded while letting a hot unit take several versions.
+pub const MV_MAX_VERSIONS: usize = 8;
 const UNMAPPED: u32 = u32::MAX;
 
 pub struct PageMap {
@@ -208,6 +230,19 @@ pub struct PageMap {
     pub(super) counters: FtlCounters,
     /// The NAND image file, when the device has one.
     pub(super) persist: Option<Persist>,
+    /// MV-FTL (`ftl_policy = "mv"` with more than one host block per unit): partial units of
+    /// more than half a unit become new versions.
+    pub(super) mv: bool,
+    /// Every host block of a unit.
+    pub(super) full: u128,
+    /// MV-FTL version chains: unit -> its older versions' PPAs, newest first (the L2P holds the
+    /// newest). Only units with more than one version are here; volatile, rebuilt by recovery.
+    pub(super) chains: FxHashMap<u32, Vec<u32>>,
+    /// MV-FTL: the most older versions all chains together may hold. Older versions occupy
+    /// slots that count as valid, so they use the over-provisioned space ("the spare pages
+    /// that are provided by SSD manufacturers", §3.2); bounding them to a quarter of it keeps
+    /// GC able to free lines whatever the chains hold.
+    pub(super) mv_budget: u64,
 }
 
 impl PageMap {
@@ -248,6 +283,18 @@ impl PageMap {
             reloc_ius: Vec::new(),
             counters: FtlCounters::default(),
             persist: None,
+            mv: f.ftl_policy == FtlPolicy::Mv && layout.blocks_per_iu > 1,
+            full: if layout.blocks_per_iu >= 128 {
+                u128::MAX
+            } else {
+                (1u128 << layout.blocks_per_iu) - 1
+            },
+            chains: FxHashMap::default(),
+            mv_budget: {
+                let dense =
+                    (layout.lines - layout.slc_lines) as u64 * layout.slots_per_line_native as u64;
+                dense.saturating_sub(layout.logical_ius) / 4
+            },
             layout,
             shape,
         }
@@ -278,8 +325,11 @@ impl PageMap {
         self.l2p.iter_mut().for_each(|c| *c = None);
     }
 
-    /// Drops the mapping of `lpn`, invalidating its slot.
+    /// Drops the mapping of `lpn`, invalidating its slot (and, in MV-FTL, every older
+    /// version).
     fn unmap(&mut self, lpn: u32) {
+        let died = self.drop_chain(lpn);
+        self.counters.slc_transient_died += died;
         if let Some(old) = self.l2p_get(lpn) {
             if self.invalidate(old) {
                 self.counters.slc_transient_died += 1;
@@ -287,6 +337,35 @@ impl PageMap {
             let c = self.l2p[lpn as usize / L2P_CHUNK].as_mut().expect("mapped chunk exists");
             c[lpn as usize % L2P_CHUNK] = UNMAPPED;
         }
+    }
+
+    /// Invalidates the older versions of `lpn` and forgets its chain (a whole-unit write, a
+    /// merge or a trim supersedes them all). Returns how many were transient units in SLC.
+    pub(super) fn drop_chain(&mut self, lpn: u32) -> u64 {
+        if self.chains.is_empty() {
+            return 0;
+        }
+        let Some(chain) = self.chains.remove(&lpn) else { return 0 };
+        self.counters.mv_chained_units -= 1;
+        self.counters.mv_chain_versions -= chain.len() as u64 + 1;
+        chain.iter().map(|&ppa| self.invalidate(ppa) as u64).sum()
+    }
+
+    /// Older versions all chains hold now.
+    fn older_versions(&self) -> u64 {
+        self.counters.mv_chain_versions - self.counters.mv_chained_units
+    }
+
+    /// Whether MV-FTL programs the partial unit `w` (of a unit mapped now) as a new version:
+    /// more than half its blocks are present (smaller ones are compaction's, §3.3, and take
+    /// the read-modify-write until it exists), the unit has fewer than [`MV_MAX_VERSIONS`]
+    /// versions, and the older versions fit the budget.
+    fn takes_new_version(&self, w: &IuWrite) -> bool {
+        let present = (w.present & self.full).count_ones();
+        let versions = self.chains.get(&w.lpn).map_or(1, |c| c.len() + 1);
+        2 * present > self.layout.blocks_per_iu
+            && versions < MV_MAX_VERSIONS
+            && self.older_versions() < self.mv_budget
     }
 
     /// Marks the slot at `ppa` stale. Returns true when it held a transient unit in an SLC
@@ -413,12 +492,21 @@ impl PageMap {
                 let ppa = self.layout.ppa(l, slot);
                 match it.next() {
                     Some(w) => {
+                        // MV-FTL: a unit still partial here is a new version (the FTL chose not
+                        // to complete it); its old place stays valid as the newest older one.
+                        let version = self.mv && w.present & self.full != self.full;
                         // One L2P access maps the unit here and yields its old place, which
                         // goes stale (a host write supersedes it; a relocated unit leaves it).
-                        if let Some(old) = self.l2p_replace(w.lpn, ppa) {
-                            let died = self.invalidate(old);
-                            if died && stream != Stream::Relocate {
-                                self.counters.slc_transient_died += 1;
+                        let old = self.l2p_replace(w.lpn, ppa);
+                        if version {
+                            self.chain_push(w.lpn, old);
+                        } else {
+                            let mut died = self.drop_chain(w.lpn);
+                            if let Some(old) = old {
+                                died += self.invalidate(old) as u64;
+                            }
+                            if stream != Stream::Relocate {
+                                self.counters.slc_transient_died += died;
                             }
                         }
                         if stream != Stream::Relocate {
@@ -436,6 +524,9 @@ impl PageMap {
                         let st = line.store.as_mut().expect("open line has a store");
                         st.put(slot, w.lpn, w.seq, w.flags, &w.img);
                         st.set_valid(slot);
+                        if version {
+                            st.set_partial(slot, w.present & self.full);
+                        }
                         if let Some(p) = self.persist.as_mut() {
                             let h = SlotHeader {
                                 lpn: w.lpn,
@@ -461,6 +552,136 @@ impl PageMap {
             }
         }
         Ok(done)
+    }
+
+    /// Makes `old`, the place `lpn` was mapped to before a new version, the newest of its older
+    /// versions.
+    fn chain_push(&mut self, lpn: u32, old: Option<u32>) {
+        self.counters.mv_versions_written += 1;
+        // A unit never written is completed with zeros rather than versioned
+        // (`complete_partial_units`), so there is always an old place here.
+        let Some(old) = old else { return };
+        let chain = self.chains.entry(lpn).or_default();
+        if chain.is_empty() {
+            self.counters.mv_chained_units += 1;
+            self.counters.mv_chain_versions += 1;
+        }
+        chain.insert(0, old);
+        self.counters.mv_chain_versions += 1;
+    }
+
+    /// Senses the page(s) of the slot at `ppa` at `t_ns`; returns when the data is off the
+    /// channel.
+    fn read_slot(&mut self, t_ns: u64, ppa: u32) -> u64 {
+        let (l, s) = self.layout.split_ppa(ppa);
+        let slc = self.lines[l as usize].slc;
+        let (first, pages) = self.layout.slot_pages(s);
+        let bytes = self.layout.iu_bytes.min(self.layout.page_bytes);
+        let mut done = t_ns;
+        for p in first..first + pages {
+            let a = self.layout.page_addr(p);
+            let ty = self.layout.page_type(&a, slc);
+            done = done.max(self.timer.read(t_ns, a.channel, a.plane, ty, slc, bytes));
+        }
+        self.counters.slot_reads += 1;
+        done
+    }
+
+    /// The OOB of the slot at `ppa`: its unit, sequence number, flags, and its sector bitmap
+    /// when it holds a partial version.
+    fn oob(&self, ppa: u32) -> (u32, u64, u8, Option<u128>) {
+        let (l, s) = self.layout.split_ppa(ppa);
+        let st = self.lines[l as usize].store.as_ref().expect("mapped line has a store");
+        let i = s as usize;
+        (st.lpn[i], st.seq[i], st.flags[i], st.partial_of(s))
+    }
+
+    /// Reads the blocks `need` of `lpn` (mapped to `newest`) issued at `t_ns`: its newest
+    /// version and, when that one is partial, the older versions holding needed blocks it
+    /// lacks (§3.2: "if the requested data is not available according to the write pattern,
+    /// it will issue another read for its earlier version"), all issued at `t_ns` and merged in
+    /// DRAM (the newest version of each block wins; needed blocks no version holds read as
+    /// zeros). Returns the unit (with the newest version's sequence number and flags), when
+    /// the last read is done, and how many older versions were read.
+    fn read_versions(
+        &mut self,
+        t_ns: u64,
+        lpn: u32,
+        newest: u32,
+        need: u128,
+    ) -> DevResult<(IuWrite, u64, u64)> {
+        let mismatch = |ftl: &mut PageMap| {
+            ftl.counters.oob_mismatches += 1;
+            DevError::ReadMedia { lba: lpn as u64 * ftl.layout.blocks_per_iu as u64 }
+        };
+        let mut done = self.read_slot(t_ns, newest);
+        let (owner, seq, flags, partial) = self.oob(newest);
+        // The OOB names the unit stored in the slot; a mismatch means the mapping is wrong,
+        // and returning the bytes would hand the host another block's data.
+        if owner != lpn {
+            return Err(mismatch(self));
+        }
+        let (l, s) = self.layout.split_ppa(newest);
+        let mut img = self.lines[l as usize].store.as_ref().expect("mapped").get(s);
+        let mut extra = 0;
+        if let Some(bits) = partial {
+            let shape = self.shape;
+            let mut missing = need & self.full & !bits;
+            let older = self.chains.get(&lpn).map_or(0, |c| c.len());
+            for k in 0..older {
+                if missing == 0 {
+                    break;
+                }
+                let ppa = self.chains[&lpn][k];
+                let (owner, _, _, partial) = self.oob(ppa);
+                if owner != lpn {
+                    return Err(mismatch(self));
+                }
+                let take = partial.unwrap_or(self.full) & missing;
+                if take == 0 {
+                    continue;
+                }
+                done = done.max(self.read_slot(t_ns, ppa));
+                extra += 1;
+                let (l, s) = self.layout.split_ppa(ppa);
+                let old = self.lines[l as usize].store.as_ref().expect("mapped").get(s);
+                for i in 0..self.layout.blocks_per_iu {
+                    if take & (1u128 << i) != 0 {
+                        img.copy_block_from(&shape, i as usize, &old);
+                    }
+                }
+                missing &= !take;
+            }
+            if missing != 0 {
+                let zeros = IuImage::zeroed(&shape);
+                for i in 0..self.layout.blocks_per_iu {
+                    if missing & (1u128 << i) != 0 {
+                        img.copy_block_from(&shape, i as usize, &zeros);
+                    }
+                }
+            }
+        }
+        Ok((IuWrite { lpn, seq, flags, img, present: self.full }, done, extra))
+    }
+
+    /// MV-FTL: reads every version of the chained unit `lpn` needed for its content at `t_ns`
+    /// and returns it as one whole unit to program (which then supersedes every version), with
+    /// when the reads are done. Counts a merge.
+    pub(super) fn read_merged(&mut self, t_ns: u64, lpn: u32) -> DevResult<(IuWrite, u64)> {
+        let newest = self.l2p_get(lpn).expect("a chained unit is mapped");
+        let (w, done, _) = self.read_versions(t_ns, lpn, newest, self.full)?;
+        self.counters.mv_merges += 1;
+        Ok((w, done))
+    }
+
+    /// MV-FTL in idle time at `t_ns`: merges one version chain (the first of the table's
+    /// order, which is deterministic) into a whole unit in the relocation stream.
+    fn merge_in_idle_time(&mut self, t_ns: u64) -> DevResult<()> {
+        let Some(&lpn) = self.chains.keys().next() else { return Ok(()) };
+        let (w, ready) = self.read_merged(t_ns, lpn)?;
+        self.counters.mv_idle_merges += 1;
+        self.program_stream(ready, Stream::Relocate, std::iter::once(w))?;
+        Ok(())
     }
 
     /// Reads the units in `slots` of `line` (valid slots, in slot order) for relocation into
@@ -534,18 +755,25 @@ impl PageMap {
     /// old version. Returns when the last read is done, the time the group's programs may
     /// start. A unit never written keeps zeros in its missing blocks.
     fn complete_partial_units(&mut self, t_ns: u64, ius: &mut [IuWrite]) -> DevResult<u64> {
-        let full = if self.layout.blocks_per_iu >= 128 {
-            u128::MAX
-        } else {
-            (1u128 << self.layout.blocks_per_iu) - 1
-        };
+        let full = self.full;
         let shape = self.shape;
         let mut start = t_ns;
         for w in ius.iter_mut() {
-            if w.present & full == full || !self.is_mapped(w.lpn) {
+            if w.present & full == full {
                 continue;
             }
-            let (old, ready) = self.read_iu(t_ns, w.lpn)?;
+            if !self.is_mapped(w.lpn) {
+                // Its missing blocks are zeros: a whole unit (for MV-FTL too, so every partial
+                // version has an older one).
+                if self.mv {
+                    w.present = full;
+                }
+                continue;
+            }
+            if self.mv && self.takes_new_version(w) {
+                continue;
+            }
+            let (old, ready) = self.read_iu(t_ns, w.lpn, full & !w.present)?;
             self.counters.rmw_reads += 1;
             start = start.max(ready);
             if let Some(old) = old {
@@ -554,6 +782,9 @@ impl PageMap {
                         w.img.copy_block_from(&shape, i as usize, &old);
                     }
                 }
+            }
+            if self.mv {
+                w.present = full;
             }
         }
         Ok(start)
@@ -574,8 +805,13 @@ impl Ftl for PageMap {
         self.l2p_get(lpn).is_some()
     }
 
-    fn read_iu(&mut self, t_ns: u64, lpn: u32) -> DevResult<(Option<IuImage>, u64)> {
+    fn read_iu(&mut self, t_ns: u64, lpn: u32, need: u128) -> DevResult<(Option<IuImage>, u64)> {
         let Some(ppa) = self.l2p_get(lpn) else { return Ok((None, t_ns)) };
+        if self.mv {
+            let (w, done, extra) = self.read_versions(t_ns, lpn, ppa, need)?;
+            self.counters.mv_extra_reads += extra;
+            return Ok((Some(w.img), done));
+        }
         let (l, s) = self.layout.split_ppa(ppa);
         let slc = self.lines[l as usize].slc;
         let (first, pages) = self.layout.slot_pages(s);
@@ -636,6 +872,9 @@ impl Ftl for PageMap {
         self.evict_in_idle_time(t_ns)?;
         if self.free_dense.len() as u32 <= self.gc_bg_free && self.timer.idle_at(t_ns) {
             self.collect_one(t_ns, true)?;
+        }
+        if self.mv && !self.chains.is_empty() && self.timer.idle_at(t_ns) {
+            self.merge_in_idle_time(t_ns)?;
         }
         Ok(())
     }
@@ -754,5 +993,252 @@ mod tests {
         let dense = filled("tiny", TransientPlacement::Separate, n);
         assert_eq!(dense.counters.slc_transient_units, 0);
         assert_eq!(dense.lines.iter().filter(|l| l.wp > 0).count(), 2, "600 units in 2 lines");
+    }
+
+    /// MV-FTL at WAFLASH Fig. 6's geometry: 4 KiB units of eight 512-byte sectors, payload
+    /// `full`, no host metadata.
+    fn mv_ftl() -> PageMap {
+        let mut cfg = SsdConfig::preset("tiny").unwrap();
+        cfg.firmware.block_bytes = 512;
+        cfg.firmware.md_bytes = 0;
+        cfg.firmware.ftl_policy = FtlPolicy::Mv;
+        cfg.validate().unwrap();
+        let layout = Layout::new(&cfg).unwrap();
+        let shape =
+            Shape { mode: PayloadMode::Full, block_bytes: 512, blocks_per_iu: 8, md_bytes: 0 };
+        let ftl = PageMap::new(&cfg, layout, shape);
+        assert!(ftl.mv);
+        ftl
+    }
+
+    /// Sector `i` of version `v`: 512 bytes of `v * 16 + i`.
+    fn sector(v: u8, i: usize) -> Vec<u8> {
+        vec![v * 16 + i as u8; 512]
+    }
+
+    /// Programs version `v` of `lpn` holding the sectors of `present` (a write-back unit).
+    fn write(ftl: &mut PageMap, lpn: u32, v: u8, present: u128) {
+        let shape = ftl.shape;
+        let mut img = IuImage::zeroed(&shape);
+        for i in 0..8 {
+            if present & (1 << i) != 0 {
+                img.put_block(&shape, i, &sector(v, i), None);
+            }
+        }
+        let seq = ftl.next_seq();
+        ftl.program(0, &mut vec![IuWrite { lpn, seq, flags: 0, img, present }]).unwrap();
+    }
+
+    /// Reads the sectors `need` of `lpn`; returns each sector's first byte (0 when unread).
+    fn read(ftl: &mut PageMap, lpn: u32, need: u128) -> Vec<u8> {
+        let shape = ftl.shape;
+        let (img, _) = ftl.read_iu(0, lpn, need).unwrap();
+        let img = img.expect("mapped");
+        let mut buf = vec![0u8; 512];
+        (0..8)
+            .map(|i| {
+                if need & (1 << i) == 0 {
+                    return 0;
+                }
+                img.get_block(&shape, i, &mut buf, None);
+                assert!(buf.iter().all(|&b| b == buf[0]), "sector {i} is torn");
+                buf[0]
+            })
+            .collect()
+    }
+
+    /// What sectors `need` of a unit whose versions are `layers` (oldest first: version and
+    /// sector bitmap) read as.
+    fn expected(layers: &[(u8, u128)], need: u128) -> Vec<u8> {
+        (0..8)
+            .map(|i| {
+                if need & (1 << i) == 0 {
+                    return 0;
+                }
+                let v = layers.iter().rev().find(|&&(_, bits)| bits & (1 << i) != 0);
+                v.map_or(0, |&(v, _)| sector(v, i)[0])
+            })
+            .collect()
+    }
+
+    /// Total valid slots over all lines.
+    fn valid_slots(ftl: &PageMap) -> u32 {
+        ftl.lines.iter().map(|l| l.valid).sum()
+    }
+
+    /// WAFLASH Fig. 6's nine unaligned write patterns (sector 0 first).
+    const FIG6: [[u8; 8]; 9] = [
+        [1, 1, 1, 1, 1, 1, 1, 0],
+        [0, 1, 1, 1, 1, 1, 1, 1],
+        [1, 1, 1, 1, 1, 1, 0, 0],
+        [0, 1, 1, 1, 1, 1, 1, 0],
+        [0, 0, 1, 1, 1, 1, 1, 1],
+        [1, 1, 1, 1, 1, 0, 0, 0],
+        [0, 1, 1, 1, 1, 1, 0, 0],
+        [0, 0, 1, 1, 1, 1, 1, 0],
+        [0, 0, 0, 1, 1, 1, 1, 1],
+    ];
+
+    fn bits(pattern: &[u8; 8]) -> u128 {
+        pattern.iter().enumerate().map(|(i, &b)| (b as u128) << i).sum()
+    }
+
+    #[test]
+    fn each_fig6_pattern_is_a_new_version_read_back_merged() {
+        for (n, p) in FIG6.iter().enumerate() {
+            let mut ftl = mv_ftl();
+            let pat = bits(p);
+            write(&mut ftl, 3, 1, 0xff);
+            write(&mut ftl, 3, 2, pat);
+            let c = ftl.counters();
+            assert_eq!((c.mv_versions_written, c.rmw_reads), (1, 0), "pattern {n}: no read");
+            assert_eq!((c.mv_chained_units, c.mv_chain_versions), (1, 2), "pattern {n}");
+            assert_eq!(valid_slots(&ftl), 2, "pattern {n}: both versions stay valid");
+            let (l, s) = ftl.layout.split_ppa(ftl.l2p_get(3).unwrap());
+            let oob = ftl.lines[l as usize].store.as_ref().unwrap().partial_of(s);
+            assert_eq!(oob, Some(pat), "pattern {n}: the OOB keeps the pattern");
+            assert_eq!(read(&mut ftl, 3, 0xff), expected(&[(1, 0xff), (2, pat)], 0xff));
+            assert_eq!(ftl.counters().mv_extra_reads, 1, "pattern {n}: the old version read");
+        }
+    }
+
+    #[test]
+    fn a_read_needs_the_older_version_only_for_sectors_the_newest_lacks() {
+        // §3.2's example: the newest version has Pattern 3 (sectors 1-6).
+        let mut ftl = mv_ftl();
+        let pat = bits(&FIG6[3]);
+        write(&mut ftl, 0, 1, 0xff);
+        write(&mut ftl, 0, 2, pat);
+        let layers = [(1, 0xff), (2, pat)];
+        // Sectors 1-3: the newest version alone.
+        assert_eq!(read(&mut ftl, 0, 0b1110), expected(&layers, 0b1110));
+        assert_eq!(ftl.counters().mv_extra_reads, 0);
+        // Sectors 0-3: sector 0 from the older version, 1-3 from the newest.
+        assert_eq!(read(&mut ftl, 0, 0b1111), expected(&layers, 0b1111));
+        assert_eq!(ftl.counters().mv_extra_reads, 1);
+        // A third version (Pattern 8, sectors 3-7): sector 0 from the first, 1-2 from the
+        // second, 3-7 from the third; three versions read.
+        let pat8 = bits(&FIG6[8]);
+        write(&mut ftl, 0, 3, pat8);
+        let layers = [(1, 0xff), (2, pat), (3, pat8)];
+        assert_eq!(read(&mut ftl, 0, 0xff), expected(&layers, 0xff));
+        assert_eq!(ftl.counters().mv_extra_reads, 3);
+        assert_eq!(ftl.counters().mv_chain_versions, 3);
+        // Sectors 2-7: the newest two, not the full one at the bottom.
+        assert_eq!(read(&mut ftl, 0, 0xfc), expected(&layers, 0xfc));
+        assert_eq!(ftl.counters().mv_extra_reads, 4);
+    }
+
+    #[test]
+    fn small_partial_units_and_units_never_written_take_no_version() {
+        let mut ftl = mv_ftl();
+        // Never written: a whole unit with zeros in the missing sectors.
+        write(&mut ftl, 5, 1, 0b0111_1111);
+        assert_eq!(ftl.counters().mv_versions_written, 0);
+        assert_eq!(read(&mut ftl, 5, 0xff), expected(&[(1, 0b0111_1111)], 0xff));
+        // Half a unit: the read-modify-write.
+        write(&mut ftl, 5, 2, 0b1111_0000);
+        let c = ftl.counters();
+        assert_eq!((c.mv_versions_written, c.rmw_reads, c.mv_chained_units), (0, 1, 0));
+        assert_eq!(valid_slots(&ftl), 1);
+        let layers = [(1, 0b0111_1111), (2, 0b1111_0000)];
+        assert_eq!(read(&mut ftl, 5, 0xff), expected(&layers, 0xff));
+    }
+
+    #[test]
+    fn a_full_write_or_a_trim_invalidates_every_version() {
+        let mut ftl = mv_ftl();
+        write(&mut ftl, 7, 1, 0xff);
+        write(&mut ftl, 7, 2, bits(&FIG6[0]));
+        write(&mut ftl, 7, 3, bits(&FIG6[1]));
+        assert_eq!(ftl.counters().mv_chain_versions, 3);
+        assert_eq!(valid_slots(&ftl), 3);
+        write(&mut ftl, 7, 4, 0xff);
+        let c = ftl.counters();
+        assert_eq!((c.mv_chained_units, c.mv_chain_versions), (0, 0));
+        assert!(ftl.chains.is_empty());
+        assert_eq!(valid_slots(&ftl), 1, "only the full write is valid");
+        assert_eq!(read(&mut ftl, 7, 0xff), expected(&[(4, 0xff)], 0xff));
+        // A chain again, then a trim.
+        write(&mut ftl, 7, 5, bits(&FIG6[4]));
+        assert_eq!(valid_slots(&ftl), 2);
+        let seq = ftl.next_seq();
+        ftl.trim(7, seq);
+        assert!(!ftl.is_mapped(7) && ftl.chains.is_empty());
+        assert_eq!(valid_slots(&ftl), 0);
+        assert_eq!(ftl.counters().mv_chain_versions, 0);
+    }
+
+    #[test]
+    fn recovery_rebuilds_chains_and_a_merge_outranks_its_versions() {
+        let mut ftl = mv_ftl();
+        // Unit 1: three versions; unit 2: a chain merged in idle time, then a new version;
+        // unit 3: a chain, then trimmed, then written whole.
+        write(&mut ftl, 1, 1, 0xff);
+        write(&mut ftl, 1, 2, bits(&FIG6[2]));
+        write(&mut ftl, 1, 3, bits(&FIG6[7]));
+        write(&mut ftl, 2, 1, 0xff);
+        write(&mut ftl, 2, 2, bits(&FIG6[5]));
+        write(&mut ftl, 3, 1, 0xff);
+        write(&mut ftl, 3, 2, bits(&FIG6[6]));
+        let seq = ftl.next_seq();
+        ftl.trim(3, seq);
+        write(&mut ftl, 3, 3, 0b0000_0011);
+        // Idle: one chain merged per call.
+        let idle = ftl.timer.busy_until() + 1;
+        ftl.background(idle).unwrap();
+        let c = ftl.counters();
+        assert_eq!((c.mv_merges, c.mv_idle_merges, c.mv_chained_units), (1, 1, 1));
+        let merged = if ftl.chains.contains_key(&1) { 2 } else { 1 };
+        let want = |lpn: u32| match lpn {
+            1 => expected(&[(1, 0xff), (2, bits(&FIG6[2])), (3, bits(&FIG6[7]))], 0xff),
+            2 => expected(&[(1, 0xff), (2, bits(&FIG6[5]))], 0xff),
+            _ => expected(&[(3, 0b0000_0011)], 0xff),
+        };
+        for lpn in 1..=3 {
+            assert_eq!(read(&mut ftl, lpn, 0xff), want(lpn), "unit {lpn} before the crash");
+        }
+        let before = (ftl.chains.clone(), valid_slots(&ftl), ftl.counters().mv_chain_versions);
+        ftl.power_loss();
+        let steps = ftl.recover(idle + 1);
+        assert_eq!(steps.iter().map(|s| s.name).collect::<Vec<_>>(), super::super::recover::STEPS);
+        assert_eq!(
+            (ftl.chains.clone(), valid_slots(&ftl), ftl.counters().mv_chain_versions),
+            before,
+            "recovery rebuilt the same chains (unit {merged} merged)"
+        );
+        for lpn in 1..=3 {
+            assert_eq!(read(&mut ftl, lpn, 0xff), want(lpn), "unit {lpn} after recovery");
+        }
+    }
+
+    #[test]
+    fn gc_merges_a_chain_whose_versions_share_the_victim_into_one_unit() {
+        let mut ftl = mv_ftl();
+        let (p2, p0) = (bits(&FIG6[2]), bits(&FIG6[0]));
+        write(&mut ftl, 1, 1, 0xff);
+        write(&mut ftl, 1, 2, p2);
+        write(&mut ftl, 1, 3, p0);
+        let victim = ftl.layout.split_ppa(ftl.l2p_get(1).unwrap()).0;
+        let per_line = ftl.layout.slots_per_line(false);
+        // Fill the rest of the line (and a little more, so it closes) with whole units.
+        for lpn in 100..100 + per_line {
+            write(&mut ftl, lpn, 4, 0xff);
+        }
+        assert_eq!(ftl.lines[victim as usize].state, LineState::Closed);
+        let valid_before = valid_slots(&ftl);
+        let moved = ftl.relocate_and_erase(ftl.timer.busy_until(), victim).unwrap();
+        // Three versions of unit 1 became one unit; every other valid slot moved once.
+        let others = per_line as u64 - 3;
+        assert_eq!(moved, others + 1);
+        assert_eq!(ftl.counters().mv_merges, 1);
+        assert!(ftl.chains.is_empty() && ftl.counters().mv_chain_versions == 0);
+        assert_eq!(valid_slots(&ftl), valid_before - 2);
+        assert_eq!(ftl.lines[victim as usize].state, LineState::Free);
+        let layers = [(1, 0xff), (2, p2), (3, p0)];
+        assert_eq!(read(&mut ftl, 1, 0xff), expected(&layers, 0xff));
+        assert_eq!(read(&mut ftl, 100, 0xff), expected(&[(4, 0xff)], 0xff));
+        let (l, s) = ftl.layout.split_ppa(ftl.l2p_get(1).unwrap());
+        assert_eq!(ftl.lines[l as usize].store.as_ref().unwrap().partial_of(s), None);
     }
 }

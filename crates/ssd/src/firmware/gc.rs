@@ -6,7 +6,7 @@
 
 use flashrig_blockdev::DevResult;
 
-use super::ftl::{Line, LineState, PageMap, Stream};
+use super::ftl::{IuWrite, Line, LineState, PageMap, Stream};
 use crate::config::GcPolicy;
 use crate::media::store::FLAG_TRANSIENT;
 
@@ -86,6 +86,9 @@ impl PageMap {
         victim: u32,
         limit: usize,
     ) -> DevResult<Relocated> {
+        if self.mv {
+            return self.relocate_mv(t_ns, victim, limit);
+        }
         let mut slots = std::mem::take(&mut self.reloc_slots);
         let mut ius = std::mem::take(&mut self.reloc_ius);
         slots.clear();
@@ -100,6 +103,85 @@ impl PageMap {
             let read_done = self.read_for_relocation(t_ns, victim, group, &mut ius);
             r.transient += ius.iter().filter(|w| w.flags & FLAG_TRANSIENT != 0).count() as u64;
             match self.program_stream(read_done, Stream::Relocate, ius.drain(..)) {
+                Ok(d) => r.done = r.done.max(d),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.reloc_slots = slots;
+        self.reloc_ius = ius;
+        result.map(|()| r)
+    }
+}
+
+impl PageMap {
+    /// [`Self::relocate`] for MV-FTL: a slot of a unit with a version chain is not copied on
+    /// its own; the unit's versions are read and merged into one whole unit, whose program
+    /// supersedes every version (in this line and elsewhere). The slots are taken up front, so
+    /// each is checked again when its turn comes: an earlier merge (of this call, or of GC
+    /// that the relocation stream's allocation ran) may have made it stale, and a unit
+    /// already merged in the batch being gathered is skipped. Units are gathered until a
+    /// program's worth is read, so merges do not leave pages half empty.
+    fn relocate_mv(&mut self, t_ns: u64, victim: u32, limit: usize) -> DevResult<Relocated> {
+        let mut slots = std::mem::take(&mut self.reloc_slots);
+        let mut ius = std::mem::take(&mut self.reloc_ius);
+        slots.clear();
+        if let Some(st) = self.lines[victim as usize].store.as_ref() {
+            slots.extend(st.valid_slots().take(limit));
+        }
+        let per = self.layout.slots_per_page as usize;
+        let mut r = Relocated { moved: 0, transient: 0, done: t_ns };
+        // The batch: plain slots of the victim (read together, each page sensed once) and
+        // merged units (read when gathered), and when the merged units' reads are done.
+        let mut plain: Vec<u32> = Vec::with_capacity(per);
+        let mut merged: Vec<IuWrite> = Vec::with_capacity(per);
+        let mut merged_done = t_ns;
+        let mut result = Ok(());
+        let mut i = 0;
+        while i <= slots.len() {
+            let last = i == slots.len();
+            if !last {
+                let s = slots[i];
+                i += 1;
+                let st = self.lines[victim as usize].store.as_ref().expect("victim has a store");
+                let lpn = st.lpn[s as usize];
+                if !st.is_valid(s) || merged.iter().any(|w| w.lpn == lpn) {
+                    continue;
+                }
+                if self.chains.contains_key(&lpn) {
+                    match self.read_merged(t_ns, lpn) {
+                        Ok((w, d)) => {
+                            merged.push(w);
+                            merged_done = merged_done.max(d);
+                        }
+                        Err(e) => {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                } else {
+                    plain.push(s);
+                }
+                if plain.len() + merged.len() < per {
+                    continue;
+                }
+            } else {
+                i += 1;
+                if plain.is_empty() && merged.is_empty() {
+                    break;
+                }
+            }
+            ius.clear();
+            let read_done = self.read_for_relocation(t_ns, victim, &plain, &mut ius);
+            ius.append(&mut merged);
+            plain.clear();
+            r.moved += ius.len() as u64;
+            r.transient += ius.iter().filter(|w| w.flags & FLAG_TRANSIENT != 0).count() as u64;
+            let start = read_done.max(merged_done);
+            merged_done = t_ns;
+            match self.program_stream(start, Stream::Relocate, ius.drain(..)) {
                 Ok(d) => r.done = r.done.max(d),
                 Err(e) => {
                     result = Err(e);

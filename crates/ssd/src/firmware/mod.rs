@@ -391,7 +391,7 @@ impl Controller {
                 if present != 0 {
                     self.counters.buffer_partial_read_hits += 1;
                 }
-                let (img, r) = self.ftl.read_iu(t, p.lpn)?;
+                let (img, r) = self.ftl.read_iu(t, p.lpn, need & !present)?;
                 ready = ready.max(r);
                 Some(img)
             };

@@ -8,13 +8,26 @@
 //! slot; for each logical unit the slot with the highest sequence number wins unless a trim
 //! record is newer. Relocated copies keep their original sequence numbers, so a unit found
 //! both in a GC victim and in its new place is the same write either way.
+//!
+//! MV-FTL (docs/waflash.md): a slot whose OOB holds a sector bitmap is a partial version.
+//! After the newest slot of each unit is known, `rebuild_version_chains` takes the unit's
+//! older slots, newest first, while the one taken last is partial, down to and including the
+//! first whole one; slots older than a trim of the unit are dead. A merge keeps the newest
+//! version's sequence number for the whole unit it writes, so at an equal sequence number a
+//! whole slot is newer than a partial one.
 
 use super::ftl::{LineState, PageMap, RecoveryStep};
 use crate::media::store::{FLAG_TRANSIENT, NO_LPN};
 
 /// The recovery steps, in order.
-pub const STEPS: [&str; 5] =
-    ["scan_oob", "apply_trim_records", "rebuild_line_state", "rebuild_free_lists", "resume"];
+pub const STEPS: [&str; 6] = [
+    "scan_oob",
+    "apply_trim_records",
+    "rebuild_version_chains",
+    "rebuild_line_state",
+    "rebuild_free_lists",
+    "resume",
+];
 
 pub(super) fn power_loss(ftl: &mut PageMap) {
     ftl.l2p_clear_all();
@@ -32,13 +45,22 @@ pub(super) fn power_loss(ftl: &mut PageMap) {
     ftl.free_slc.clear();
     ftl.in_gc = false;
     ftl.evicting = None;
+    ftl.chains.clear();
+    ftl.counters.mv_chained_units = 0;
+    ftl.counters.mv_chain_versions = 0;
 }
+
+/// A slot of a unit whose chain recovery rebuilds: its sequence number, whether it holds a
+/// whole unit, and its PPA.
+type Version = (u64, bool, u32);
 
 pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
     let mut log = Vec::new();
 
-    // Step 1: scan the OOB of every programmed slot; the newest copy of each unit wins.
+    // Step 1: scan the OOB of every programmed slot; the newest copy of each unit wins (at an
+    // equal sequence number a whole unit beats a partial version: the merge that wrote it).
     let mut best: rustc_hash::FxHashMap<u32, (u64, u32)> = Default::default();
+    let mut partial_best: rustc_hash::FxHashSet<u32> = Default::default();
     let mut scanned = 0u64;
     let mut max_seq = 0u64;
     for (li, line) in ftl.lines.iter().enumerate() {
@@ -52,9 +74,26 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
             let seq = st.seq[s as usize];
             max_seq = max_seq.max(seq);
             let ppa = ftl.layout.ppa(li as u32, s);
-            let e = best.entry(lpn).or_insert((seq, ppa));
-            if seq > e.0 {
-                *e = (seq, ppa);
+            let partial = st.partial_of(s).is_some();
+            match best.entry(lpn) {
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert((seq, ppa));
+                    if partial {
+                        partial_best.insert(lpn);
+                    }
+                }
+                std::collections::hash_map::Entry::Occupied(mut o) => {
+                    let e = o.get_mut();
+                    let whole_over_partial = seq == e.0 && !partial && partial_best.contains(&lpn);
+                    if seq > e.0 || whole_over_partial {
+                        *e = (seq, ppa);
+                        if partial {
+                            partial_best.insert(lpn);
+                        } else if !partial_best.is_empty() {
+                            partial_best.remove(&lpn);
+                        }
+                    }
+                }
             }
         }
         max_seq = max_seq.max(line.closed_seq);
@@ -73,6 +112,13 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
             trimmed += 1;
         }
     }
+    // Units whose newest slot is a partial version, with the sequence number of their newest
+    // trim (0: none): versions older than it are dead.
+    let mut chained: rustc_hash::FxHashMap<u32, (u64, Vec<Version>)> = partial_best
+        .iter()
+        .filter(|lpn| best.contains_key(lpn))
+        .map(|&lpn| (lpn, (ftl.trims.get(&lpn).copied().unwrap_or(0), Vec::new())))
+        .collect();
     // Trims older than a unit's newest copy are superseded (the write path drops them too).
     ftl.trims.retain(|lpn, tseq| best.get(lpn).is_none_or(|&(seq, _)| seq <= *tseq));
     log.push(RecoveryStep {
@@ -80,7 +126,53 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
         detail: format!("{} trim records, {trimmed} units unmapped", ftl.trims.len()),
     });
 
-    // Step 3: rebuild the table, valid and transient counts; every line that holds data is
+    // Step 3: the version chains of units whose newest slot is partial (MV-FTL): every slot of
+    // such a unit newer than its trim, newest first and whole before partial at an equal
+    // sequence number; older slots join the chain while the one joined last is partial, down
+    // to and including the first whole one. Copies with the sequence number of a slot already
+    // taken are the same version (a relocated whole unit) and are skipped.
+    let mut chain_slots = 0u64;
+    if !chained.is_empty() {
+        for (li, line) in ftl.lines.iter().enumerate() {
+            let Some(st) = line.store.as_ref() else { continue };
+            for s in 0..line.wp {
+                let lpn = st.lpn[s as usize];
+                if let Some((tseq, v)) = chained.get_mut(&lpn) {
+                    let seq = st.seq[s as usize];
+                    if seq > *tseq {
+                        v.push((seq, st.partial_of(s).is_none(), ftl.layout.ppa(li as u32, s)));
+                    }
+                }
+            }
+        }
+    }
+    let mut chains: Vec<(u32, Vec<u32>)> = Vec::with_capacity(chained.len());
+    for (lpn, (_, mut v)) in chained {
+        v.sort_unstable_by_key(|&(seq, whole, ppa)| (std::cmp::Reverse(seq), !whole, ppa));
+        let (mut last_seq, mut last_whole, newest) = v[0];
+        best.insert(lpn, (last_seq, newest));
+        let mut chain = Vec::new();
+        for &(seq, whole, ppa) in &v[1..] {
+            if last_whole {
+                break;
+            }
+            if seq == last_seq {
+                continue;
+            }
+            chain.push(ppa);
+            (last_seq, last_whole) = (seq, whole);
+        }
+        if !chain.is_empty() {
+            chain_slots += chain.len() as u64;
+            chains.push((lpn, chain));
+        }
+    }
+    log.push(RecoveryStep {
+        name: STEPS[2],
+        detail: format!("{} units with versions, {chain_slots} older versions", chains.len()),
+    });
+
+    // Step 4: rebuild the table, valid and transient counts; every line that holds data is
     // closed (a line open at the crash is not written further).
     let mut entries: Vec<(u32, u32)> = best.into_iter().map(|(l, (_, p))| (l, p)).collect();
     entries.sort_unstable();
@@ -95,6 +187,22 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
             line.transient += 1;
         }
     }
+    chains.sort_unstable_by_key(|c| c.0);
+    for (lpn, chain) in chains {
+        for &ppa in &chain {
+            let (l, s) = ftl.layout.split_ppa(ppa);
+            let line = &mut ftl.lines[l as usize];
+            line.valid += 1;
+            let st = line.store.as_mut().expect("a slot found by the scan has a store");
+            st.set_valid(s);
+            if st.flags[s as usize] & FLAG_TRANSIENT != 0 {
+                line.transient += 1;
+            }
+        }
+        ftl.counters.mv_chained_units += 1;
+        ftl.counters.mv_chain_versions += chain.len() as u64 + 1;
+        ftl.chains.insert(lpn, chain);
+    }
     let mut closed = 0;
     for line in ftl.lines.iter_mut() {
         if line.store.is_some() {
@@ -108,11 +216,11 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
         }
     }
     log.push(RecoveryStep {
-        name: STEPS[2],
+        name: STEPS[3],
         detail: format!("{} units mapped, {closed} lines hold data", entries.len()),
     });
 
-    // Step 4: free lists, least-erased first (a simple dynamic wear levelling at start-up).
+    // Step 5: free lists, least-erased first (a simple dynamic wear levelling at start-up).
     let mut free: Vec<u32> = (0..ftl.lines.len() as u32)
         .filter(|&l| ftl.lines[l as usize].state == LineState::Free)
         .collect();
@@ -125,14 +233,14 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
         }
     }
     log.push(RecoveryStep {
-        name: STEPS[3],
+        name: STEPS[4],
         detail: format!("{} dense and {} SLC lines free", ftl.free_dense.len(), ftl.free_slc.len()),
     });
 
-    // Step 5: continue sequence numbers after everything seen; restart the timelines.
+    // Step 6: continue sequence numbers after everything seen; restart the timelines.
     ftl.seq = max_seq + 2;
     ftl.timer.reset_timelines(t_ns);
-    log.push(RecoveryStep { name: STEPS[4], detail: format!("next sequence number {}", ftl.seq) });
+    log.push(RecoveryStep { name: STEPS[5], detail: format!("next sequence number {}", ftl.seq) });
     log
 }
 
@@ -140,7 +248,7 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
 /// generation, its erase count and closing sequence number, and the trim records, as the
 /// media would hold them after a power cut; then runs the power-loss recovery above on them,
 /// and from then on writes the media through to the file. The first step, `load_image`, is
-/// logged before the five recovery steps.
+/// logged before the recovery steps.
 /// The largest sequence number an image may hold: recovery counts on from the largest it
 /// finds, and 2^63 leaves more room than a device could ever use.
 const MAX_IMAGE_SEQ: u64 = 1 << 63;

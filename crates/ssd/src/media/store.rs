@@ -149,6 +149,11 @@ pub struct LineStore {
     pub flags: Vec<u8>,
     /// Each slot's [`IuImage`] bytes, one after another.
     images: Vec<u8>,
+    /// The sector bitmaps of MV-FTL's partial versions (WAFLASH Fig. 6's patterns), as
+    /// `(slot, bitmap)` in slot order: OOB data, so it survives a power loss, and sparse,
+    /// because whole-unit slots (all of them outside MV-FTL) need none. A line's slots are
+    /// programmed in order, so appending keeps it sorted.
+    partial: Vec<(u32, u128)>,
     shape: Shape,
 }
 
@@ -161,6 +166,7 @@ impl LineStore {
             seq: vec![0; n],
             flags: vec![0; n],
             images: vec![0; n * shape.image_len()],
+            partial: Vec::new(),
             shape,
         }
     }
@@ -181,6 +187,27 @@ impl LineStore {
         if n > 0 {
             self.images[i * n..(i + 1) * n].copy_from_slice(&img.bytes);
         }
+    }
+
+    /// Records in `slot`'s OOB that it holds a partial version with the host blocks of
+    /// `present` (MV-FTL). Slots are programmed in order, so `slot` is past every recorded one.
+    pub fn set_partial(&mut self, slot: u32, present: u128) {
+        debug_assert!(self.partial.last().is_none_or(|&(s, _)| s < slot), "slots out of order");
+        self.partial.push((slot, present));
+    }
+
+    /// The sector bitmap of `slot` when it holds a partial version; `None` for a whole unit.
+    pub fn partial_of(&self, slot: u32) -> Option<u128> {
+        if self.partial.is_empty() {
+            return None;
+        }
+        self.partial.binary_search_by_key(&slot, |&(s, _)| s).ok().map(|i| self.partial[i].1)
+    }
+
+    /// Whether `slot` holds the current version (or, in MV-FTL, a live older version) of its
+    /// unit.
+    pub fn is_valid(&self, slot: u32) -> bool {
+        self.bits[2 * (slot as usize / 64)] & (1 << (slot % 64)) != 0
     }
 
     /// Marks `slot` as holding the current version of its unit.
