@@ -702,7 +702,7 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                 for (policy, ios, secs) in &policies {
                     let rate = *ios as f64 / secs;
                     println!(
-                        "ssd-buffer-{policy}: micron-waflash, 8 KiB unaligned randrw at QD32 \
+                        "ssd-firmware-{policy}: micron-waflash, 8 KiB unaligned randrw at QD32 \
                          (configs/examples/waflash-unaligned.toml): {ios} host I/Os in \
                          {secs:.3} s = {:.2} M host I/Os per wall-second, {:.2}x lru",
                         rate / 1e6,

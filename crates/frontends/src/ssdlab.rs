@@ -378,15 +378,25 @@ datasheet, lower `firmware.host_mb_per_s` by a measured link efficiency or lengt
 timings with a source; the report will show the effect.";
 
 /// The unaligned-write example (configs/examples/waflash-unaligned.toml) with each write-buffer
-/// policy: host I/Os the simulator completed per wall-second, for WAFLASH's target of the new
-/// firmware's simulation speed relative to the baseline's, measured in the same invocation.
-/// Returns (policy, host I/Os, wall seconds); `quick` runs 0.5 s of virtual time, else 10 s.
+/// policy over the page-level FTL, and WAFLASH's firmware (PC-LRU over MV-FTL): host I/Os the
+/// simulator completed per wall-second, for WAFLASH's target of the new firmware's simulation
+/// speed relative to the baseline's, measured in the same invocation. Returns (firmware label,
+/// host I/Os, wall seconds), the Baseline (LRU over the page-level FTL) first; `quick` runs
+/// 0.5 s of virtual time, else 10 s.
 pub fn bench_buffer_policies(quick: bool) -> Result<Vec<(&'static str, u64, f64)>, crate::Error> {
     const EXAMPLE: &str = include_str!("../../../configs/examples/waflash-unaligned.toml");
     let mut out = Vec::new();
-    for policy in ["lru", "pc-lru", "mca"] {
-        let mut text =
-            EXAMPLE.replace("buffer_policy = \"pc-lru\"", &format!("buffer_policy = \"{policy}\""));
+    for (label, policy, ftl) in [
+        ("lru", "lru", "page"),
+        ("pc-lru", "pc-lru", "page"),
+        ("mca", "mca", "page"),
+        ("lru+mv", "lru", "mv"),
+        ("waflash", "pc-lru", "mv"),
+    ] {
+        let mut text = EXAMPLE.replace(
+            "buffer_policy = \"pc-lru\"",
+            &format!("buffer_policy = \"{policy}\"\nftl_policy = \"{ftl}\""),
+        );
         // Long enough that building the 32 GiB device is a small part of the wall time.
         let virtual_ms = if quick { 500 } else { 10_000 };
         text = text.replace("runtime_ms = 2000", &format!("runtime_ms = {virtual_ms}"));
@@ -396,7 +406,7 @@ pub fn bench_buffer_policies(quick: bool) -> Result<Vec<(&'static str, u64, f64)
         )?;
         let t = Instant::now();
         let run = crate::run::run(&cfg)?;
-        out.push((policy, run.summary.ios, t.elapsed().as_secs_f64()));
+        out.push((label, run.summary.ios, t.elapsed().as_secs_f64()));
     }
     Ok(out)
 }
