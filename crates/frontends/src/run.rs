@@ -489,7 +489,16 @@ fn render_ssd_layers(layer: &flashrig_metrics::LayerSnapshot, out: &mut String) 
         ));
         if c("partial_writebacks") > 0 {
             // Unaligned writes reached the flash (WAFLASH's partial pages, docs/waflash.md).
-            let acd = layer.values.get("buffer_acd").map(|a| format!(", ACD {a:.1}"));
+            let mut acd = layer.values.get("buffer_acd").map(|a| format!(", ACD {a:.1}"));
+            if layer.counters.contains_key("mv_versions_written") {
+                // MV-FTL (ftl_policy = "mv") publishes its counters only in its runs.
+                acd.get_or_insert_with(String::new).push_str(&format!(
+                    "; MV-FTL: {} new versions, {} extra reads, {} merges",
+                    c("mv_versions_written"),
+                    c("mv_extra_reads"),
+                    c("mv_merges")
+                ));
+            }
             out.push_str(&format!(
                 "    partial pages: {} written back, {} update reads, {} filled in the buffer, \
                  {} delayed by the buffer policy{}\n",
