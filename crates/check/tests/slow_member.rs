@@ -84,6 +84,33 @@ async fn read_randomly(
     }
 }
 
+/// Runs `count` checked random reads over the first `blocks` of `dev` and returns how many
+/// reads each member served meanwhile and how many the array routed around its slow member;
+/// asserts that at least 100 were routed and that the slow member served no more than its
+/// probes (one read in `SLOW_PROBE_EVERY`, plus slack for the first and last).
+async fn routed_reads(
+    dev: &dyn BlockDevice,
+    rams: &[Arc<RamDevice>],
+    blocks: u64,
+    rng: &mut Xoshiro256PlusPlus,
+    count: usize,
+    what: &str,
+) -> Vec<u64> {
+    let routed_counter = || dev.metrics().unwrap().counter("slow_reads_routed").get();
+    let before: Vec<u64> = rams.iter().map(|r| reads_of(r)).collect();
+    let routed = routed_counter();
+    read_randomly(dev, blocks, rng, count, what).await;
+    let served: Vec<u64> = rams.iter().zip(&before).map(|(r, b)| reads_of(r) - b).collect();
+    let routed = routed_counter() - routed;
+    assert!(routed > 100, "{what}: {routed} reads routed around, served {served:?}");
+    assert!(
+        served[SLOW] <= routed / (SLOW_PROBE_EVERY - 1) + 2,
+        "{what}: the slow member served {} reads ({routed} routed around)",
+        served[SLOW]
+    );
+    served
+}
+
 #[test]
 fn reads_route_around_a_member_a_hundred_times_slower() {
     for seed in seeds(40, 3) {
@@ -96,19 +123,10 @@ fn reads_route_around_a_member_a_hundred_times_slower() {
             read_randomly(&raid, raid.info().num_blocks, &mut rng, 100, &what).await;
             assert!(raid.is_slow(SLOW), "{what}: the 1 ms member is slow");
             assert!((0..5).filter(|&i| i != SLOW).all(|i| !raid.is_slow(i)), "{what}");
-            let before: Vec<u64> = rams.iter().map(|r| reads_of(r)).collect();
-            let routed = raid.metrics().unwrap().counter("slow_reads_routed").get();
-            read_randomly(&raid, raid.info().num_blocks, &mut rng, 1000, &what).await;
-            let served: Vec<u64> = rams.iter().zip(&before).map(|(r, b)| reads_of(r) - b).collect();
-            let routed = raid.metrics().unwrap().counter("slow_reads_routed").get() - routed;
             // About a fifth of the reads want the slow member's chunks; all but the probes are
             // rebuilt from the other four.
-            assert!(routed > 100, "{what}: {routed} reads routed around, served {served:?}");
-            assert!(
-                served[SLOW] <= routed / (SLOW_PROBE_EVERY - 1) + 2,
-                "{what}: the slow member served {} reads ({routed} routed around)",
-                served[SLOW]
-            );
+            let n = raid.info().num_blocks;
+            let served = routed_reads(&raid, &rams, n, &mut rng, 1000, &what).await;
             assert!(served.iter().enumerate().all(|(i, &s)| i == SLOW || s > 200), "{served:?}");
         });
         res
@@ -148,17 +166,7 @@ fn twophase_reads_another_replica_than_the_slow_members() {
             let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
             read_randomly(&tp, blocks, &mut rng, 100, &what).await;
             assert!(tp.is_slow(SLOW), "{what}: the 1 ms member is slow");
-            let before: Vec<u64> = rams.iter().map(|r| reads_of(r)).collect();
-            let routed = tp.metrics().unwrap().counter("slow_reads_routed").get();
-            read_randomly(&tp, blocks, &mut rng, 600, &what).await;
-            let served: Vec<u64> = rams.iter().zip(&before).map(|(r, b)| reads_of(r) - b).collect();
-            let routed = tp.metrics().unwrap().counter("slow_reads_routed").get() - routed;
-            assert!(routed > 100, "{what}: {routed} reads routed, served {served:?}");
-            assert!(
-                served[SLOW] <= routed / (SLOW_PROBE_EVERY - 1) + 2,
-                "{what}: the slow member served {} reads ({routed} routed around)",
-                served[SLOW]
-            );
+            routed_reads(&tp, &rams, blocks, &mut rng, 600, &what).await;
         });
         res
     }
@@ -182,17 +190,7 @@ fn scala_reads_around_a_slow_primary() {
             let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
             read_randomly(&sc, blocks, &mut rng, 200, &what).await;
             assert!(sc.is_slow(SLOW), "{what}: the 1 ms member is slow");
-            let before: Vec<u64> = rams.iter().map(|r| reads_of(r)).collect();
-            let routed = sc.metrics().unwrap().counter("slow_reads_routed").get();
-            read_randomly(&sc, blocks, &mut rng, 600, &what).await;
-            let served: Vec<u64> = rams.iter().zip(&before).map(|(r, b)| reads_of(r) - b).collect();
-            let routed = sc.metrics().unwrap().counter("slow_reads_routed").get() - routed;
-            assert!(routed > 100, "{what}: {routed} reads routed, served {served:?}");
-            assert!(
-                served[SLOW] <= routed / (SLOW_PROBE_EVERY - 1) + 2,
-                "{what}: the slow member served {} reads ({routed} routed around)",
-                served[SLOW]
-            );
+            routed_reads(&sc, &rams, blocks, &mut rng, 600, &what).await;
         });
         res
     }

@@ -156,6 +156,23 @@ fn tag_payload_is_verified_on_read() {
     }
 }
 
+/// A small SSD shaped as WAFLASH's: 512-byte sectors, pages of `page_kib` KiB mapped page by
+/// page, a 64-page write buffer under `policy`, and the FTL `ftl`.
+fn waflash_ssd(page_kib: u32, policy: &str, ftl: &str) -> SsdConfig {
+    let text = format!(
+        "preset = \"tiny\"\n\
+         [geometry]\nblocks_per_plane = 40\npage_bytes = {}\npages_per_block = {}\n\
+         oob_bytes_per_page = 1024\n\
+         [firmware]\nblock_bytes = 512\niu_bytes = {}\nbuffer_bytes = {}\n\
+         buffer_policy = \"{policy}\"\nftl_policy = \"{ftl}\"\n",
+        page_kib * 1024,
+        96 * 4 / page_kib,
+        page_kib * 1024,
+        64 * page_kib * 1024,
+    );
+    SsdConfig::resolve(&text.parse().unwrap()).unwrap()
+}
+
 /// Every write-buffer policy (LRU, WAFLASH's PC-LRU, MCA) at 512-byte sectors with 4, 8 and
 /// 16 KiB pages mapped page by page, as WAFLASH's SSD: the data stays exact through merges,
 /// partial write-backs with read-modify-writes, and GC, and each policy's own mechanism ran
@@ -165,18 +182,7 @@ fn every_buffer_policy_at_512_byte_sectors_and_4_to_16_kib_pages() {
     for seed in seeds(60, 2) {
         for page_kib in [4u32, 8, 16] {
             for policy in ["lru", "pc-lru", "mca"] {
-                let text = format!(
-                    "preset = \"tiny\"\n\
-                     [geometry]\nblocks_per_plane = 40\npage_bytes = {}\npages_per_block = {}\n\
-                     oob_bytes_per_page = 1024\n\
-                     [firmware]\nblock_bytes = 512\niu_bytes = {}\nbuffer_bytes = {}\n\
-                     buffer_policy = \"{policy}\"\n",
-                    page_kib * 1024,
-                    96 * 4 / page_kib,
-                    page_kib * 1024,
-                    64 * page_kib * 1024,
-                );
-                let cfg = SsdConfig::resolve(&text.parse().unwrap()).unwrap();
+                let cfg = waflash_ssd(page_kib, policy, "page");
                 let what = format!("{policy} with {page_kib} KiB pages, seed {seed}");
                 let c = check(RuntimeKind::Sim, 1, cfg, 30_000, seed);
                 assert_gc_ran(&c, &what);
@@ -204,18 +210,7 @@ fn mv_ftl_under_every_buffer_policy_at_512_byte_sectors_and_4_to_16_kib_pages() 
     for seed in seeds(70, 2) {
         for page_kib in [4u32, 8, 16] {
             for policy in ["lru", "pc-lru", "mca"] {
-                let text = format!(
-                    "preset = \"tiny\"\n\
-                     [geometry]\nblocks_per_plane = 40\npage_bytes = {}\npages_per_block = {}\n\
-                     oob_bytes_per_page = 1024\n\
-                     [firmware]\nblock_bytes = 512\niu_bytes = {}\nbuffer_bytes = {}\n\
-                     buffer_policy = \"{policy}\"\nftl_policy = \"mv\"\n",
-                    page_kib * 1024,
-                    96 * 4 / page_kib,
-                    page_kib * 1024,
-                    64 * page_kib * 1024,
-                );
-                let cfg = SsdConfig::resolve(&text.parse().unwrap()).unwrap();
+                let cfg = waflash_ssd(page_kib, policy, "mv");
                 let what = format!("mv, {policy} with {page_kib} KiB pages, seed {seed}");
                 println!("{what}");
                 let c = check(RuntimeKind::Sim, 1, cfg, 30_000, seed);

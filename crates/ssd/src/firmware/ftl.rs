@@ -812,17 +812,8 @@ impl Ftl for PageMap {
             self.counters.mv_extra_reads += extra;
             return Ok((Some(w.img), done));
         }
+        let done = self.read_slot(t_ns, ppa);
         let (l, s) = self.layout.split_ppa(ppa);
-        let slc = self.lines[l as usize].slc;
-        let (first, pages) = self.layout.slot_pages(s);
-        let bytes = self.layout.iu_bytes.min(self.layout.page_bytes);
-        let mut done = t_ns;
-        for p in first..first + pages {
-            let a = self.layout.page_addr(p);
-            let ty = self.layout.page_type(&a, slc);
-            done = done.max(self.timer.read(t_ns, a.channel, a.plane, ty, slc, bytes));
-        }
-        self.counters.slot_reads += 1;
         let st = self.lines[l as usize].store.as_ref().expect("mapped line has a store");
         // The OOB names the unit stored in the slot; a mismatch means the mapping is wrong,
         // and returning the bytes would hand the host another block's data.

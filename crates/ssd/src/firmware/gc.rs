@@ -101,13 +101,9 @@ impl PageMap {
         for group in slots.chunks(per) {
             ius.clear();
             let read_done = self.read_for_relocation(t_ns, victim, group, &mut ius);
-            r.transient += ius.iter().filter(|w| w.flags & FLAG_TRANSIENT != 0).count() as u64;
-            match self.program_stream(read_done, Stream::Relocate, ius.drain(..)) {
-                Ok(d) => r.done = r.done.max(d),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
+            if let Err(e) = self.program_relocated(read_done, &mut ius, &mut r) {
+                result = Err(e);
+                break;
             }
         }
         self.reloc_slots = slots;
@@ -117,6 +113,20 @@ impl PageMap {
 }
 
 impl PageMap {
+    /// Programs the relocated units `ius` from `start` into the relocation stream, counting
+    /// the transient ones and the completion in `r`.
+    fn program_relocated(
+        &mut self,
+        start: u64,
+        ius: &mut Vec<IuWrite>,
+        r: &mut Relocated,
+    ) -> DevResult<()> {
+        r.transient += ius.iter().filter(|w| w.flags & FLAG_TRANSIENT != 0).count() as u64;
+        let done = self.program_stream(start, Stream::Relocate, ius.drain(..))?;
+        r.done = r.done.max(done);
+        Ok(())
+    }
+
     /// [`Self::relocate`] for MV-FTL: a slot of a unit with a version chain is not copied on
     /// its own; the unit's versions are read and merged into one whole unit, whose program
     /// supersedes every version (in this line and elsewhere). The slots are taken up front, so
@@ -178,15 +188,11 @@ impl PageMap {
             ius.append(&mut merged);
             plain.clear();
             r.moved += ius.len() as u64;
-            r.transient += ius.iter().filter(|w| w.flags & FLAG_TRANSIENT != 0).count() as u64;
             let start = read_done.max(merged_done);
             merged_done = t_ns;
-            match self.program_stream(start, Stream::Relocate, ius.drain(..)) {
-                Ok(d) => r.done = r.done.max(d),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
+            if let Err(e) = self.program_relocated(start, &mut ius, &mut r) {
+                result = Err(e);
+                break;
             }
         }
         self.reloc_slots = slots;

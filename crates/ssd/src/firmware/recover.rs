@@ -178,26 +178,12 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
     entries.sort_unstable();
     for &(lpn, ppa) in &entries {
         ftl.l2p_set(lpn, ppa);
-        let (l, s) = ftl.layout.split_ppa(ppa);
-        let line = &mut ftl.lines[l as usize];
-        line.valid += 1;
-        let st = line.store.as_mut().expect("a slot found by the scan has a store");
-        st.set_valid(s);
-        if st.flags[s as usize] & FLAG_TRANSIENT != 0 {
-            line.transient += 1;
-        }
+        mark_valid(ftl, ppa);
     }
     chains.sort_unstable_by_key(|c| c.0);
     for (lpn, chain) in chains {
         for &ppa in &chain {
-            let (l, s) = ftl.layout.split_ppa(ppa);
-            let line = &mut ftl.lines[l as usize];
-            line.valid += 1;
-            let st = line.store.as_mut().expect("a slot found by the scan has a store");
-            st.set_valid(s);
-            if st.flags[s as usize] & FLAG_TRANSIENT != 0 {
-                line.transient += 1;
-            }
+            mark_valid(ftl, ppa);
         }
         ftl.counters.mv_chained_units += 1;
         ftl.counters.mv_chain_versions += chain.len() as u64 + 1;
@@ -352,4 +338,17 @@ pub(super) fn load_image(
         p.img.compact_trims(live.into_iter())?;
     }
     Ok(steps)
+}
+
+/// Counts the slot at `ppa` as holding a current version again: its line's valid bitmap and
+/// count, and the line's transient count when the slot was written transient.
+fn mark_valid(ftl: &mut PageMap, ppa: u32) {
+    let (l, s) = ftl.layout.split_ppa(ppa);
+    let line = &mut ftl.lines[l as usize];
+    line.valid += 1;
+    let st = line.store.as_mut().expect("a slot found by the scan has a store");
+    st.set_valid(s);
+    if st.flags[s as usize] & FLAG_TRANSIENT != 0 {
+        line.transient += 1;
+    }
 }
