@@ -241,6 +241,13 @@ impl FtlPolicy {
     }
 }
 
+/// The default of `firmware.compaction_region_pages` (docs/waflash.md says why 256).
+pub const DEFAULT_COMPACTION_REGION_PAGES: u32 = 256;
+
+fn is_default_compaction_region(v: &u32) -> bool {
+    *v == DEFAULT_COMPACTION_REGION_PAGES
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Firmware {
@@ -266,6 +273,15 @@ pub struct Firmware {
     /// (whose files echo the configuration) stay byte-identical to those from before it.
     #[serde(skip_serializing_if = "FtlPolicy::is_page")]
     pub ftl_policy: FtlPolicy,
+    /// WAFLASH §3.3's compaction region, in logical pages (mapping units): MV-FTL packs partial
+    /// units of at most half a page from one region into one flash page, and PC-LRU destages
+    /// such pages of one region together. 0 turns compaction off (MV-FTL of §3.2 alone, as in
+    /// Fig. 13's comparison). The paper says only that the region "should be significantly
+    /// larger than the page size"; 256 pages (2 MiB at 8 KiB) is flashrig's choice
+    /// (docs/waflash.md). Used only with `ftl_policy = "mv"`; left out of the serialized
+    /// configuration at its default, so results of other runs stay byte-identical.
+    #[serde(skip_serializing_if = "is_default_compaction_region")]
+    pub compaction_region_pages: u32,
     /// Write-back (in replacement-policy order) keeps the units not yet being written back
     /// below this percentage of the buffer; the rest of the buffer holds units whose programs
     /// are in flight. A host write waits only when the whole buffer is occupied.
@@ -325,6 +341,7 @@ impl Default for Firmware {
             buffer_bytes: 256 * 1024,
             buffer_policy: BufferPolicy::Lru,
             ftl_policy: FtlPolicy::Page,
+            compaction_region_pages: DEFAULT_COMPACTION_REGION_PAGES,
             buffer_flush_percent: 50,
             plp: false,
             gc_policy: GcPolicy::Greedy,
