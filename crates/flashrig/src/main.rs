@@ -362,9 +362,11 @@ enum TraceCommand {
     },
     /// Generate a synthetic trace with the read/write mix and mean sizes of a row of
     /// ScalaAFA's Table 2 (proxy0, prn, src2, CFS, DAP, webmail) and, by default, the locality
-    /// published for the trace (docs/traces.md).
+    /// published for the trace; or a stand-in for a WAFLASH trace (MSNFS, DTR, RA, Ex, Web,
+    /// waflash-CFS) with its unaligned-write ratios, or WAFLASH Fig. 2's noise workload
+    /// (waflash-noise with --unaligned-percent) (docs/traces.md).
     Synth {
-        /// The Table 2 row to imitate.
+        /// The Table 2 row or WAFLASH trace to imitate, or waflash-noise.
         #[arg(long)]
         like: String,
         /// How many requests (at most 1000000000).
@@ -380,6 +382,10 @@ enum TraceCommand {
         /// span, the first version; same times, kinds and sizes).
         #[arg(long, default_value = "published")]
         locality: String,
+        /// For --like waflash-noise only: the percentage of writes that start 1 KiB past an
+        /// 8 KiB page (0 to 100; WAFLASH Fig. 2's x axis).
+        #[arg(long)]
+        unaligned_percent: Option<f64>,
         #[arg(long, short = 'o')]
         out: PathBuf,
         #[arg(long, default_value = "msr")]
@@ -873,10 +879,20 @@ fn trace(cmd: TraceCommand) -> Result<(), Error> {
                 out.display()
             );
         }
-        TraceCommand::Synth { like, requests, span, seed, locality, out, to } => {
+        TraceCommand::Synth {
+            like,
+            requests,
+            span,
+            seed,
+            locality,
+            unaligned_percent,
+            out,
+            to,
+        } => {
             let locality = tracecmd::parse_locality(locality)?;
             let span = size_arg("--span", &Some(span.clone()))?.unwrap_or(0);
-            let reqs = tracecmd::synth_like(like, *requests, span, *seed, locality)?;
+            let reqs =
+                tracecmd::synth_trace(like, *requests, span, *seed, locality, *unaligned_percent)?;
             tracecmd::write_trace(reqs, out, to)?;
         }
         TraceCommand::Reduce { input, out, method, capacity, factor, to } => {

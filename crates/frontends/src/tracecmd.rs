@@ -179,6 +179,96 @@ pub fn synth_like(
     Ok(flashrig_trace::Synth::new(row, requests, span_bytes, seed, locality))
 }
 
+/// The `--like` value that selects WAFLASH Fig. 2's noise workload.
+pub const WAFLASH_NOISE: &str = "waflash-noise";
+/// Prefix that selects a WAFLASH stand-in by name where ScalaAFA Table 2 has the same name
+/// (CFS): `waflash-CFS`.
+const WAFLASH_PREFIX: &str = "waflash-";
+
+/// `trace synth` for any `--like`: WAFLASH Fig. 2's noise workload (`waflash-noise`, which
+/// needs `unaligned_percent`), a WAFLASH stand-in (`MSNFS`, `DTR`, `RA`, `Ex`, `Web`, or any
+/// of the six as `waflash-NAME`; `CFS` alone stays ScalaAFA's, whose row came first), or a
+/// ScalaAFA Table 2 stand-in ([`synth_like`]). Flags that mean nothing for the chosen
+/// generator are refused rather than ignored, so a typo cannot pass for a setting.
+pub fn synth_trace(
+    like: &str,
+    requests: u64,
+    span_bytes: u64,
+    seed: u64,
+    locality: Locality,
+    unaligned_percent: Option<f64>,
+) -> Result<Box<dyn Iterator<Item = Request>>, Error> {
+    use flashrig_trace::waflash;
+    let lower = like.to_ascii_lowercase();
+    let waflash_row = if lower == WAFLASH_NOISE {
+        None
+    } else if let Some(name) = lower.strip_prefix(WAFLASH_PREFIX) {
+        Some(waflash::row(name).ok_or_else(|| {
+            Error::Input(format!(
+                "--like {like}: not a WAFLASH trace ({}, or {WAFLASH_NOISE})",
+                waflash::WAFLASH_TRACES.join(", ")
+            ))
+        })?)
+    } else if flashrig_trace::synth::row(like).is_some() {
+        if unaligned_percent.is_some() {
+            return Err(Error::Input(format!(
+                "--unaligned-percent: only for --like {WAFLASH_NOISE}, not {like}"
+            )));
+        }
+        return Ok(Box::new(synth_like(like, requests, span_bytes, seed, locality)?));
+    } else {
+        Some(waflash::row(like).ok_or_else(|| {
+            Error::Input(format!(
+                "--like {like}: not a row of ScalaAFA Table 2 ({}) nor a WAFLASH trace ({}, \
+                 or {WAFLASH_NOISE})",
+                flashrig_trace::TABLE2.iter().map(|r| r.name).collect::<Vec<_>>().join(", "),
+                waflash::WAFLASH_TRACES.join(", ")
+            ))
+        })?)
+    };
+    if locality != Locality::Published {
+        return Err(Error::Input(format!(
+            "--locality none: only for ScalaAFA Table 2 rows; the WAFLASH stand-ins always have \
+             their working set ({like})"
+        )));
+    }
+    if !span_bytes.is_multiple_of(waflash::EXTENT_BYTES) || span_bytes < 1 << 20 {
+        return Err(Error::Input(format!(
+            "--span: at least 1 MiB and a multiple of 16 KiB for the WAFLASH stand-ins, got \
+             {span_bytes} bytes"
+        )));
+    }
+    let max = waflash::MAX_REQUESTS;
+    if requests > max {
+        return Err(Error::Input(format!(
+            "--requests {requests}: at most {max} for the WAFLASH stand-ins, which are built in \
+             memory (Fig. 2 uses 120000)"
+        )));
+    }
+    let reqs = match (waflash_row, unaligned_percent) {
+        (Some(_), Some(_)) => {
+            return Err(Error::Input(format!(
+                "--unaligned-percent: only for --like {WAFLASH_NOISE}, not {like}"
+            )));
+        }
+        (Some(row), None) => waflash::stand_in(row, requests, span_bytes, seed),
+        (None, Some(p)) if (0.0..=100.0).contains(&p) => {
+            waflash::noise(p / 100.0, requests, span_bytes, seed)
+        }
+        (None, Some(p)) => {
+            return Err(Error::Input(format!("--unaligned-percent {p}: expected 0 to 100")));
+        }
+        (None, None) => {
+            return Err(Error::Input(format!(
+                "--like {WAFLASH_NOISE} needs --unaligned-percent (0 to 100): the share of \
+                 writes that start 1 KiB past an 8 KiB page (WAFLASH Fig. 2 varies it from 0 \
+                 to 100)"
+            )));
+        }
+    };
+    Ok(Box::new(reqs.into_iter()))
+}
+
 /// Writes `reqs` (a slice, or requests as they are made) to `out` in `to` (msr or disksim).
 pub fn write_trace<R: std::borrow::Borrow<Request>>(
     reqs: impl IntoIterator<Item = R>,

@@ -2,7 +2,8 @@
 //! ASCII as replayed by MQSim/SSDSim, CloudPhysics vscsi CSV, blkparse text) into one
 //! [`Request`] stream, characterise them ([`stats`]), shrink them ([`reduce`]) and write them
 //! back out ([`write`]). Readers stream line by line so multi-GB traces never sit in memory.
-//! [`synth`] generates stand-ins for ScalaAFA's Table 2 traces with published locality.
+//! [`synth`] generates stand-ins for ScalaAFA's Table 2 traces with published locality,
+//! [`waflash`] those for WAFLASH's six traces (unaligned-write ratios) and its Fig. 2 noise.
 
 pub mod bench;
 pub mod error;
@@ -11,6 +12,7 @@ pub mod record;
 pub mod reduce;
 pub mod stats;
 pub mod synth;
+pub mod waflash;
 pub mod write;
 
 pub use bench::bench_parse_msr;

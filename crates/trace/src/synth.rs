@@ -34,7 +34,7 @@ const SECTOR_BYTES: u64 = 512;
 const PAGE_BYTES: u64 = 4096;
 /// Mean time between arrivals of the first version (Poisson arrivals at 1,000 per second),
 /// kept: ScalaAFA's trace runs replay closed-loop, so arrival times do not shape the results.
-const MEAN_INTERARRIVAL_NS: f64 = 1e6;
+pub(crate) const MEAN_INTERARRIVAL_NS: f64 = 1e6;
 /// Cache size, as a share of the distinct addresses, at which the published LRU miss ratios
 /// were measured (opencoff/go-sieve, bench-results.md: "Cache sizing | 10% of unique keys").
 pub const LRU_CACHE_FRACTION: f64 = 0.1;
@@ -143,10 +143,10 @@ pub struct Provenance {
 /// Median over the 13 MSR Cambridge volumes that opencoff/go-sieve characterises
 /// (bench-results.md, Trace Inventory) of distinct keys per request: msr_prn_1's
 /// 2,173,575 / 11,233,411. Used where a trace has no footprint statistic of its own.
-const MSR_MEDIAN_DISTINCT: f64 = 2_173_575.0 / 11_233_411.0;
+pub(crate) const MSR_MEDIAN_DISTINCT: f64 = 2_173_575.0 / 11_233_411.0;
 /// Median over the same 13 volumes of the LRU miss ratio at 10% of the distinct keys
 /// (bench-results.md, Miss Ratio table, LRU column): msr_proj_1's 0.7215.
-const MSR_MEDIAN_LRU_MISS: f64 = 0.7215;
+pub(crate) const MSR_MEDIAN_LRU_MISS: f64 = 0.7215;
 /// DAP's share of requests that continue a run: reads are 610.4 of 1,085.7 Kops (Table 2)
 /// and 97% of them sequential, writes the rest and 16% sequential (Amber, Table III).
 const DAP_SEQUENTIAL_SHARE: f64 = (610.4 * 0.97 + 475.3 * 0.16) / (610.4 + 475.3);
@@ -536,7 +536,7 @@ impl Iterator for Synth {
 
 /// Uniform in (0, 1) from the top 53 bits of `x`, never 0 so its logarithm is finite (the
 /// first version's mapping).
-fn unit(x: u64) -> f64 {
+pub(crate) fn unit(x: u64) -> f64 {
     ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64
 }
 
@@ -591,14 +591,14 @@ pub fn fit_reuse(row: &Table2Row, requests: u64, span_bytes: u64, seed: u64) -> 
 /// 2021), the generator the first version used through `rand_xoshiro`, written out here so
 /// the crate needs no random-number dependency.
 #[derive(Debug, Clone)]
-struct Xoshiro256pp {
+pub(crate) struct Xoshiro256pp {
     s: [u64; 4],
 }
 
 impl Xoshiro256pp {
     /// The state is four successive outputs of SplitMix64 started at `seed`, the seeding the
     /// xoshiro authors recommend and `rand_xoshiro`'s `seed_from_u64` performs.
-    fn seed_from_u64(seed: u64) -> Self {
+    pub(crate) fn seed_from_u64(seed: u64) -> Self {
         let mut x = seed;
         let mut split_mix = || {
             x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -611,7 +611,7 @@ impl Xoshiro256pp {
         Self { s }
     }
 
-    fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         let s = &mut self.s;
         let result = s[0].wrapping_add(s[3]).rotate_left(23).wrapping_add(s[0]);
         let t = s[1] << 17;
