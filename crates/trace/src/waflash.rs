@@ -177,8 +177,8 @@ const SIZES_ASSUMED_CFS: &str = "assumption: none found for this trace; CFS's 12
 const ARRIVAL_HM0: &str = "closest measured: mean gap of the first 899 requests of MSR hm_0 \
                            (../shared/traces), 141.3 ms; none published for the six traces";
 const LOCALITY_MSR_MEDIAN: &str = "assumption: median MSR volume of opencoff/go-sieve \
-                                   (distinct 0.1935, LRU miss 0.7215), as for synth's CFS; \
-                                   none published for this trace";
+                                   (distinct 0.1935, LRU miss 0.7215), as synth.rs takes where \
+                                   a trace has none; none published for this trace";
 
 /// The stand-ins' rows, in [`WAFLASH_TRACES`] order.
 pub const WAFLASH: [WaflashRow; 6] = [
@@ -208,8 +208,8 @@ pub const WAFLASH: [WaflashRow; 6] = [
         OTHERS_16K,
         UNALIGNED_OTHERS,
     ),
+    // CFS's mix and sizes are the same numbers as the others', but published for CFS itself.
     WaflashRow {
-        write_share: CFS_WRITE_SHARE,
         provenance: WaflashProvenance {
             write_share: "ScalaAFA (ATC'24) Table 2, CFS: 1,173.0 K writes, 3,304.1 K reads",
             sizes: "ScalaAFA Table 2 and Amber (MICRO'18) Table III, CFS: 12.6 KiB writes, \
