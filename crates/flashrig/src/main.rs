@@ -267,46 +267,118 @@ enum ReproduceCommand {
                       status 2)."
     )]
     Scalaafa {
-        /// SSDs and runs at 1/32 and 1 to 4 I/O threads: about five minutes on 2 cores.
-        /// Writes to reproduce-results/scalaafa-quick/ unless told otherwise.
-        #[arg(long)]
-        quick: bool,
-        /// The smallest sizes (1 ms runs, 300-request traces), for flashrig's own tests;
-        /// writes to reproduce-results/scalaafa-smoke/ unless told otherwise.
-        #[arg(long, hide = true, conflicts_with = "quick")]
-        smoke: bool,
-        /// The document to write [default: docs/reproduce-scalaafa.md; with --quick,
-        /// reproduce-results/scalaafa-quick/reproduce-scalaafa.md]. --quick refuses to
-        /// overwrite a full run's document.
-        #[arg(long, short = 'o')]
-        out: Option<PathBuf>,
-        /// Where to draw the plots, SVG and PNG [default: docs/figures/scalaafa; with
-        /// --quick, reproduce-results/scalaafa-quick/figures].
-        #[arg(long)]
-        plots: Option<PathBuf>,
-        /// Where to keep every run's result file and the synthetic traces [default:
-        /// reproduce-results/scalaafa; with --quick, reproduce-results/scalaafa-quick/results].
-        #[arg(long)]
-        results: Option<PathBuf>,
+        #[command(flatten)]
+        common: ReproduceArgs,
         /// The real traces (MANIFEST.txt and the files it lists).
         #[arg(long, default_value = "../shared/traces")]
         traces: PathBuf,
-        /// Runs in parallel (default: one per CPU); results do not depend on it.
-        #[arg(long, short = 'j')]
-        jobs: Option<usize>,
-        /// Print nothing but errors.
-        #[arg(long, short)]
-        quiet: bool,
-        /// Run nothing: write each planned run's configuration to DIR/<label>.toml, to run
-        /// alone with `flashrig run` (with one key changed, say). Trace runs read the
-        /// synthetic traces this writes under the results folder.
-        #[arg(long, value_name = "DIR")]
-        dump_configs: Option<PathBuf>,
-        /// With --dump-configs: only these runs (comma-separated labels, as the result files
-        /// are named, e.g. ScalaAFA-4+1-64k-seq-qd32-t1,ssd-alone-conversion-t1).
-        #[arg(long, value_delimiter = ',', requires = "dump_configs")]
-        only: Vec<String>,
     },
+    /// WAFLASH §2.2 and §5, Figs. 1-2 and 8-16: its buffer and FTL policies in flashrig's
+    /// emulated SSD on stand-in traces, the paper's numbers beside ours
+    /// (docs/reproduce-waflash.md).
+    #[command(
+        long_about = "WAFLASH §2.2 and §5, Figs. 1-2 and 8-16: the Baseline, PC-LRU, MV-FTL, \
+                      WAFLASH and MCA as firmware policies of flashrig's emulated SSD, replaying \
+                      stand-ins of the paper's traces open-loop, the paper's numbers beside ours \
+                      with direction and why.\n\n\
+                      The full run (no flag) writes the committed document \
+                      docs/reproduce-waflash.md, its plots in docs/figures/waflash/ and every \
+                      run's result file in reproduce-results/waflash/. --quick writes everything \
+                      to reproduce-results/waflash-quick/ instead, and never overwrites a \
+                      document a full run wrote (exit status 2)."
+    )]
+    Waflash {
+        #[command(flatten)]
+        common: ReproduceArgs,
+    },
+}
+
+/// What every `flashrig reproduce <paper>` takes.
+#[derive(clap::Args)]
+struct ReproduceArgs {
+    /// Shorter runs (smaller SSDs, shorter traces, fewer cases): minutes on 2 cores. Writes
+    /// to reproduce-results/<paper>-quick/ unless told otherwise.
+    #[arg(long)]
+    quick: bool,
+    /// The smallest sizes, for flashrig's own tests; writes to
+    /// reproduce-results/<paper>-smoke/ unless told otherwise.
+    #[arg(long, hide = true, conflicts_with = "quick")]
+    smoke: bool,
+    /// The document to write [default: docs/reproduce-<paper>.md; with --quick,
+    /// reproduce-results/<paper>-quick/reproduce-<paper>.md]. --quick refuses to overwrite a
+    /// full run's document.
+    #[arg(long, short = 'o')]
+    out: Option<PathBuf>,
+    /// Where to draw the plots, SVG and PNG [default: docs/figures/<paper>; with --quick,
+    /// reproduce-results/<paper>-quick/figures].
+    #[arg(long)]
+    plots: Option<PathBuf>,
+    /// Where to keep every run's result file and the synthetic traces [default:
+    /// reproduce-results/<paper>; with --quick, reproduce-results/<paper>-quick/results].
+    #[arg(long)]
+    results: Option<PathBuf>,
+    /// Runs in parallel (default: one per CPU); results do not depend on it.
+    #[arg(long, short = 'j')]
+    jobs: Option<usize>,
+    /// Print nothing but errors.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Run nothing: write each planned run's configuration to DIR/<label>.toml, to run
+    /// alone with `flashrig run` (with one key changed, say). Trace runs read the
+    /// synthetic traces this writes under the results folder.
+    #[arg(long, value_name = "DIR")]
+    dump_configs: Option<PathBuf>,
+    /// With --dump-configs: only these runs (comma-separated labels, as the result files
+    /// are named, e.g. ScalaAFA-4+1-64k-seq-qd32-t1 or WAFLASH-MSNFS-8k-16m).
+    #[arg(long, value_delimiter = ',', requires = "dump_configs")]
+    only: Vec<String>,
+}
+
+impl ReproduceArgs {
+    fn mode(&self) -> flashrig::lab::core::Mode {
+        use flashrig::lab::core::Mode;
+        if self.smoke {
+            Mode::Smoke
+        } else if self.quick {
+            Mode::Quick
+        } else {
+            Mode::Full
+        }
+    }
+    fn outputs(&self, paper: &str) -> flashrig::lab::core::Outputs {
+        let defaults = flashrig::lab::core::Outputs::defaults(paper, self.mode());
+        flashrig::lab::core::Outputs {
+            doc: self.out.clone().unwrap_or(defaults.doc),
+            plots: self.plots.clone().unwrap_or(defaults.plots),
+            results: self.results.clone().unwrap_or(defaults.results),
+        }
+    }
+}
+
+/// Writes the configurations `dump` returns (for --dump-configs) and lists them.
+fn print_dumped(written: Vec<String>, dir: &std::path::Path, quiet: bool) {
+    if !quiet {
+        eprintln!("wrote {} configuration(s) to {}", written.len(), dir.display());
+    }
+    for label in written {
+        println!("{}", dir.join(format!("{label}.toml")).display());
+    }
+}
+
+/// The end of a reproduction: where the document went, and an error naming failed runs.
+fn reproduced(failed: Vec<String>, doc: &std::path::Path, quiet: bool) -> Result<(), Error> {
+    if !quiet {
+        eprintln!("wrote {}", doc.display());
+    }
+    if !failed.is_empty() {
+        return Err(Error::Run(format!(
+            "{} run(s) failed (listed in {}): {}",
+            failed.len(),
+            doc.display(),
+            failed.join("; ")
+        )));
+    }
+    Ok(())
 }
 
 #[derive(Subcommand)]
@@ -743,60 +815,34 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
         }
         Command::Trace { command } => trace(command),
         Command::Serve { frontend } => serve(frontend),
-        Command::Reproduce {
-            paper:
-                ReproduceCommand::Scalaafa {
-                    quick,
-                    smoke,
-                    out,
-                    plots,
-                    results,
-                    traces,
-                    jobs,
-                    quiet,
-                    dump_configs,
-                    only,
-                },
-        } => {
-            use flashrig::lab::core::{Mode, Outputs};
+        Command::Reproduce { paper: ReproduceCommand::Scalaafa { common, traces } } => {
             use flashrig::lab::scalaafa::{self, Options};
-            let mode = if smoke {
-                Mode::Smoke
-            } else if quick {
-                Mode::Quick
-            } else {
-                Mode::Full
+            let opts = Options {
+                mode: common.mode(),
+                outputs: common.outputs("scalaafa"),
+                traces,
+                workers: common.jobs.unwrap_or(0),
+                quiet: common.quiet,
             };
-            let defaults = Outputs::defaults("scalaafa", mode);
-            let outputs = Outputs {
-                doc: out.unwrap_or(defaults.doc),
-                plots: plots.unwrap_or(defaults.plots),
-                results: results.unwrap_or(defaults.results),
-            };
-            let opts = Options { mode, outputs, traces, workers: jobs.unwrap_or(0), quiet };
-            if let Some(dir) = dump_configs {
-                let written = scalaafa::dump_configs(&opts, &dir, &only)?;
-                if !quiet {
-                    eprintln!("wrote {} configuration(s) to {}", written.len(), dir.display());
-                }
-                for label in written {
-                    println!("{}", dir.join(format!("{label}.toml")).display());
-                }
+            if let Some(dir) = &common.dump_configs {
+                print_dumped(scalaafa::dump_configs(&opts, dir, &common.only)?, dir, common.quiet);
                 return Ok(());
             }
-            let failed = scalaafa::scalaafa(&opts)?;
-            if !quiet {
-                eprintln!("wrote {}", opts.outputs.doc.display());
+            reproduced(scalaafa::scalaafa(&opts)?, &opts.outputs.doc, common.quiet)
+        }
+        Command::Reproduce { paper: ReproduceCommand::Waflash { common } } => {
+            use flashrig::lab::waflash::{self, Options};
+            let opts = Options {
+                mode: common.mode(),
+                outputs: common.outputs("waflash"),
+                workers: common.jobs.unwrap_or(0),
+                quiet: common.quiet,
+            };
+            if let Some(dir) = &common.dump_configs {
+                print_dumped(waflash::dump_configs(&opts, dir, &common.only)?, dir, common.quiet);
+                return Ok(());
             }
-            if !failed.is_empty() {
-                return Err(Error::Run(format!(
-                    "{} run(s) failed (listed in {}): {}",
-                    failed.len(),
-                    opts.outputs.doc.display(),
-                    failed.join("; ")
-                )));
-            }
-            Ok(())
+            reproduced(waflash::waflash(&opts)?, &opts.outputs.doc, common.quiet)
         }
         Command::Report { results, csv, series_csv, plot } => {
             let runs = flashrig::report::load(&results)?;

@@ -1,6 +1,7 @@
 //! Goal: trace replay honours what it promises: open loop issues each request at its trace
 //! timestamp (scaled by `speed`) however many are in flight, closed loop keeps exactly
-//! `iodepth` in flight, addresses map onto the stack, and the real trace slices in
+//! `iodepth` in flight, addresses map onto the stack, `precondition.trace_reads` writes what
+//! the trace reads (SSDSim's `pre_process_page`) and nothing else, and the real trace slices in
 //! `../shared/traces` replay end to end through the CLI.
 //!
 //! Method: a hand-made DiskSim trace with known timestamps drives a recording device (over a
@@ -162,5 +163,68 @@ fn real_trace_slices_replay_through_the_cli() {
         assert!(out.status.success(), "{file}: {}", String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         assert_eq!(v["workload"]["replay"]["requests"], requests, "{file}");
+    }
+}
+
+/// `precondition.trace_reads` writes each distinct range the trace reads, once, and nothing
+/// the trace only writes; the replay then finds the data it reads. Method: a DiskSim trace
+/// whose odd requests read (one range twice) and even ones write, preconditioned on the
+/// recording device; the log holds the preconditioning writes followed by the replay.
+#[test]
+fn trace_reads_precondition_writes_exactly_the_ranges_the_trace_reads() {
+    use flashrig::replay::{precondition, PreconditionConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    // Reads of sectors 0, 64, 0 (again) and writes of 128, 192.
+    for (i, (sector, op)) in [(0, 1), (128, 0), (64, 1), (192, 0), (0, 1)].iter().enumerate() {
+        text.push_str(&format!("{} 0 {sector} 8 {op}\n", i * 1000));
+    }
+    let trace = dir.path().join("r.disksim");
+    std::fs::write(&trace, text).unwrap();
+    let cfg = ReplayConfig { trace, format: Some("disksim".into()), ..ReplayConfig::default() };
+    let (writes, data_back) = run(RuntimeKind::Sim, 1, move || async move {
+        let ram: DevRef = Arc::new(RamDevice::new("ram", 4096, 1024, 0, 0));
+        let logged = Arc::new(Logger { inner: ram.clone(), writes: Mutex::new(Vec::new()) });
+        let dev: DevRef = logged.clone();
+        let p = PreconditionConfig { trace_reads: true, ..PreconditionConfig::default() };
+        precondition(&dev, &p, 1, Some(&cfg)).await.expect("precondition");
+        let writes = logged.writes.lock().clone();
+        // What the trace reads now holds written data (a stamped block, not zeros).
+        let mut buf = vec![0u8; 4096];
+        ram.read(8, &mut buf, None).await.unwrap();
+        (writes, buf.iter().any(|&b| b != 0))
+    })
+    .0;
+    // 512-byte sectors 0 and 64 are 4 KiB blocks 0 and 8.
+    assert_eq!(writes, vec![(0, 1), (8, 1)]);
+    assert!(data_back);
+}
+
+/// Logs the (lba, blocks) of every write.
+struct Logger {
+    inner: DevRef,
+    writes: Mutex<Vec<(u64, u64)>>,
+}
+
+#[async_trait(?Send)]
+impl BlockDevice for Logger {
+    fn info(&self) -> &DeviceInfo {
+        self.inner.info()
+    }
+    fn kind(&self) -> &'static str {
+        "logger"
+    }
+    async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
+        self.inner.read(lba, buf, md).await
+    }
+    async fn write(&self, lba: u64, d: &[u8], md: Option<&[u8]>, h: WriteHints) -> DevResult<()> {
+        self.writes.lock().push((lba, d.len() as u64 / self.info().block_size as u64));
+        self.inner.write(lba, d, md, h).await
+    }
+    async fn flush(&self) -> DevResult<()> {
+        self.inner.flush().await
+    }
+    async fn trim(&self, lba: u64, n: u64) -> DevResult<()> {
+        self.inner.trim(lba, n).await
     }
 }

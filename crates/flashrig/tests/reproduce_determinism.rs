@@ -35,14 +35,7 @@ fn smoke(dir: &Path, workers: &str) {
 
 /// Every result file of a run, by name.
 fn results(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir.join(OUT).join("results"))
-        .expect("the results folder")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .map(|p| {
-            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
-        })
-        .collect()
+    common::result_files(&dir.join(OUT).join("results"))
 }
 
 #[test]

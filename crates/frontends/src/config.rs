@@ -591,6 +591,11 @@ impl Config {
             r.validate()?;
         }
         let p = &self.precondition;
+        if p.trace_reads && self.replay.is_none() {
+            return Err("precondition.trace_reads: writes what a replayed trace reads, and there \
+                        is no [replay] section"
+                .into());
+        }
         if p.fill && p.fill_bs.bytes() == 0 {
             return Err("precondition.fill_bs must be positive".into());
         }
@@ -967,6 +972,16 @@ mod tests {
         let c = Config::builtin();
         let again = Config::from_toml(&c.to_toml(), Path::new("x")).unwrap();
         assert_eq!(c, again);
+    }
+
+    #[test]
+    fn trace_reads_needs_a_replay() {
+        let e = Config::from_toml("[precondition]\ntrace_reads = true", Path::new("a.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("precondition.trace_reads") && e.contains("[replay]"), "{e}");
+        let ok = "[replay]\ntrace = \"t.csv\"\n[precondition]\ntrace_reads = true";
+        assert!(Config::from_toml(ok, Path::new("a.toml")).unwrap().precondition.trace_reads);
     }
 
     #[test]

@@ -84,6 +84,11 @@ pub struct PreconditionConfig {
     /// (wrapping at the end): brings an engine to a phase, such as a two-phase array's
     /// conversion phase, without writing all of it.
     pub write: Size,
+    /// Before a replay, write every block range the trace reads (each distinct range once,
+    /// in trace order), so its reads find data: SSDSim's `pre_process_page` makes the pages a
+    /// trace reads valid before it simulates, and WAFLASH (§5.1) replays its traces on SSDSim.
+    /// Needs a `[replay]` section.
+    pub trace_reads: bool,
     pub iodepth: u32,
 }
 
@@ -94,6 +99,7 @@ impl Default for PreconditionConfig {
             fill_bs: Size::kib(128),
             random_overwrite: Size(0),
             write: Size(0),
+            trace_reads: false,
             iodepth: 32,
         }
     }
@@ -101,7 +107,7 @@ impl Default for PreconditionConfig {
 
 impl PreconditionConfig {
     pub fn is_active(&self) -> bool {
-        self.fill || self.random_overwrite.bytes() > 0 || self.write.bytes() > 0
+        self.fill || self.random_overwrite.bytes() > 0 || self.write.bytes() > 0 || self.trace_reads
     }
 }
 
@@ -296,8 +302,17 @@ pub async fn replay_with_series(
     Ok((o, counts))
 }
 
-/// Fills and overwrites the stack as `p` says (not measured).
-pub async fn precondition(dev: &DevRef, p: &PreconditionConfig, seed: u64) -> Result<(), Error> {
+/// Fills and overwrites the stack as `p` says (not measured); `replay` is the trace
+/// `trace_reads` reads.
+pub async fn precondition(
+    dev: &DevRef,
+    p: &PreconditionConfig,
+    seed: u64,
+    replay: Option<&ReplayConfig>,
+) -> Result<(), Error> {
+    if let (true, Some(r)) = (p.trace_reads, replay) {
+        write_trace_reads(dev, r, p.iodepth).await?;
+    }
     let bs = dev.info().block_size as u64;
     let cap = dev.info().num_blocks;
     let qd = p.iodepth.max(1) as u64;
@@ -324,6 +339,55 @@ pub async fn precondition(dev: &DevRef, p: &PreconditionConfig, seed: u64) -> Re
     }
     dev.flush().await.map_err(|e| Error::Run(format!("precondition flush: {e}")))?;
     Ok(())
+}
+
+/// Writes each distinct block range that the first `max_requests` requests of `cfg`'s trace
+/// read, in trace order, `iodepth` at a time (see [`PreconditionConfig::trace_reads`]).
+async fn write_trace_reads(dev: &DevRef, cfg: &ReplayConfig, iodepth: u32) -> Result<(), Error> {
+    let bs = dev.info().block_size as u64;
+    let cap = dev.info().num_blocks;
+    let mut seen = std::collections::HashSet::new();
+    let mut ranges = Vec::new();
+    let mut reader = cfg.open()?;
+    let limit = cfg.max_requests.unwrap_or(u64::MAX);
+    let mut n = 0;
+    while n < limit {
+        let Some(r) = reader.next() else { break };
+        let r = r.map_err(|e| Error::Input(e.to_string()))?;
+        n += 1;
+        if !r.write {
+            let (lba, blocks, _) = map_request(&r, bs, cap);
+            if seen.insert((lba, blocks)) {
+                ranges.push((lba, blocks));
+            }
+        }
+    }
+    let queue = Rc::new(RefCell::new(ranges.into_iter().enumerate()));
+    let failed = Rc::new(RefCell::new(None::<String>));
+    let mut tasks = Vec::new();
+    for _ in 0..iodepth.max(1) {
+        let (dev, queue, failed) = (dev.clone(), queue.clone(), failed.clone());
+        tasks.push(spawn(async move {
+            loop {
+                let next = queue.borrow_mut().next();
+                let Some((i, (lba, blocks))) = next else { break };
+                let mut buf = vec![0u8; (blocks * bs) as usize];
+                pattern::fill_blocks(&mut buf, bs as usize, lba, i as u64 + 1, 0x7ace);
+                if let Err(e) = dev.write(lba, &buf, None, WriteHints::NONE).await {
+                    failed.borrow_mut().get_or_insert(format!("{blocks} blocks at {lba}: {e}"));
+                    break;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await;
+    }
+    let failed = failed.borrow_mut().take();
+    match failed {
+        Some(e) => Err(Error::Run(format!("precondition.trace_reads: write of {e}"))),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

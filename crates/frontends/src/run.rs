@@ -151,7 +151,8 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
         // preconditioning did.
         let mut preconditioned = None;
         if cfg.precondition.is_active() {
-            crate::replay::precondition(&dev, &cfg.precondition, cfg.seed).await?;
+            crate::replay::precondition(&dev, &cfg.precondition, cfg.seed, cfg.replay.as_ref())
+                .await?;
             preconditioned = Some(snapshot_stack(dev.as_ref()));
             // Latency histograms cannot be subtracted like counters: they restart here, so
             // the layers' latencies in the result are the measured window's.

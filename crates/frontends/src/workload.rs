@@ -147,15 +147,7 @@ impl JobOutcome {
         };
         let mut all = self.read_latency.clone();
         all.merge(&self.write_latency);
-        // The CDF at most 200 points, evenly spaced over the recorded values.
-        let cdf = all.cdf();
-        let step = cdf.len().div_ceil(200).max(1);
-        let mut latency_cdf: Vec<(u64, f64)> = cdf.iter().step_by(step).copied().collect();
-        if let Some(&last) = cdf.last() {
-            if latency_cdf.last() != Some(&last) {
-                latency_cdf.push(last);
-            }
-        }
+        let latency_cdf = thin_cdf(&all);
         WorkloadSummary {
             elapsed_ns,
             ios,
@@ -172,10 +164,26 @@ impl JobOutcome {
             read_latency: self.read_latency.summary(),
             write_latency: self.write_latency.summary(),
             latency_cdf,
+            read_latency_cdf: thin_cdf(&self.read_latency),
+            write_latency_cdf: thin_cdf(&self.write_latency),
             series_interval_ns: self.interval_ns(),
             series: self.series.clone(),
         }
     }
+}
+
+/// A histogram's CDF in at most 200 points, evenly spaced over the recorded values, ending
+/// with the last.
+fn thin_cdf(h: &LatencyHistogram) -> Vec<(u64, f64)> {
+    let cdf = h.cdf();
+    let step = cdf.len().div_ceil(200).max(1);
+    let mut thin: Vec<(u64, f64)> = cdf.iter().step_by(step).copied().collect();
+    if let Some(&last) = cdf.last() {
+        if thin.last() != Some(&last) {
+            thin.push(last);
+        }
+    }
+    thin
 }
 
 /// The numbers a run reports for the workload.
@@ -200,6 +208,11 @@ pub struct WorkloadSummary {
     /// (latency ns, fraction of requests at or below it), all requests.
     #[serde(default)]
     pub latency_cdf: Vec<(u64, f64)>,
+    /// The same for reads alone and for writes alone (WAFLASH's Fig. 2 plots them apart).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_latency_cdf: Vec<(u64, f64)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub write_latency_cdf: Vec<(u64, f64)>,
     #[serde(default)]
     pub series_interval_ns: u64,
     #[serde(default)]

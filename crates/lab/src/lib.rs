@@ -5,7 +5,8 @@
 //! comparison tables with their *why*, the diagnostics that explain a run from its result
 //! file, plots, the reduced-scale rules and the run scheduler. Each paper is a module over it
 //! that holds only what is the paper's own (its experiments, claims, setup text and figures):
-//! [`scalaafa`] so far.
+//! [`scalaafa`] and [`waflash`].
 
 pub mod core;
 pub mod scalaafa;
+pub mod waflash;

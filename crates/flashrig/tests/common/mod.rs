@@ -28,3 +28,16 @@ pub fn find_tool(tool: &str) -> Option<PathBuf> {
 pub fn have(tool: &str) -> bool {
     find_tool(tool).is_some()
 }
+
+/// Every result file (`*.json`) in `dir`, by file name, for byte-for-byte comparisons.
+#[allow(dead_code)]
+pub fn result_files(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .expect("the results folder")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .map(|p| {
+            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
+        })
+        .collect()
+}

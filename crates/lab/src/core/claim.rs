@@ -15,8 +15,26 @@ pub enum Eval<K> {
     /// A run's metric as a fraction of `factor` times a reference run's (ScalaAFA's ideal:
     /// (k+m)/(m+1) times one SSD alone). The reference is a yardstick, not one of the systems
     /// compared, so the comparison's diagnostics leave it out.
-    Fraction { run: K, reference: K, factor: f64, metric: Metric },
+    Fraction {
+        run: K,
+        reference: K,
+        factor: f64,
+        metric: Metric,
+    },
+    /// The smallest (largest) of several ratios: a paper's "by 8-15.1%" range across
+    /// workloads compares its ends with ours.
+    MinRatio(Vec<(K, K)>, Metric),
+    MaxRatio(Vec<(K, K)>, Metric),
+    /// A computation the variants above cannot express (a difference of two improvements),
+    /// over the runs `keys` names; `f` returns `None` where a run is missing.
+    Custom {
+        keys: Vec<K>,
+        f: CustomEval<K>,
+    },
 }
+
+/// How [`Eval::Custom`] computes ours.
+pub type CustomEval<K> = Box<dyn Fn(&Results<K>) -> Option<f64>>;
 
 /// The unit a claim's numbers are shown in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +71,29 @@ impl<K: RunKey> Claim<K> {
     ) -> Self {
         Claim { what: what.into(), paper, unit, cite, eval, direction: Direction::None, note: None }
     }
+    /// A claim whose text asserts a direction and states no number ("PC-LRU has more partial
+    /// pages in the buffer compared to Baseline"): its paper number is `NaN`, shown as "—", and
+    /// the summary counts it among the directions, not among the numbers.
+    pub fn direction_only(
+        what: impl Into<String>,
+        cite: &'static str,
+        eval: Eval<K>,
+        direction: Direction<K>,
+    ) -> Self {
+        Claim {
+            what: what.into(),
+            paper: f64::NAN,
+            unit: Unit::Ratio,
+            cite,
+            eval,
+            direction,
+            note: None,
+        }
+    }
+    /// Whether the paper states a number for the claim (not [`Claim::direction_only`]).
+    pub fn has_number(&self) -> bool {
+        !self.paper.is_nan()
+    }
     /// The same claim, asserting `direction`.
     pub fn asserts(mut self, direction: Direction<K>) -> Self {
         self.direction = direction;
@@ -68,7 +109,10 @@ impl<K: RunKey> Claim<K> {
         match &self.eval {
             Eval::Abs(k, _) | Eval::Fraction { run: k, .. } => vec![k],
             Eval::Ratio(a, b, _) => vec![a, b],
-            Eval::MeanRatio(v, _) => v.iter().flat_map(|(a, b)| [a, b]).collect(),
+            Eval::MeanRatio(v, _) | Eval::MinRatio(v, _) | Eval::MaxRatio(v, _) => {
+                v.iter().flat_map(|(a, b)| [a, b]).collect()
+            }
+            Eval::Custom { keys, .. } => keys.iter().collect(),
         }
     }
     /// Our number, if every run it needs succeeded and no denominator is zero.
@@ -85,6 +129,16 @@ impl<K: RunKey> Claim<K> {
             Eval::Fraction { run, reference, factor, metric } => {
                 ratio(r.get(run, *metric)?, r.get(reference, *metric)? * factor)
             }
+            Eval::MinRatio(v, m) | Eval::MaxRatio(v, m) => {
+                let ratios: Option<Vec<f64>> =
+                    v.iter().map(|(a, b)| ratio(r.get(a, *m)?, r.get(b, *m)?)).collect();
+                let ratios = ratios?.into_iter();
+                match &self.eval {
+                    Eval::MinRatio(..) => ratios.reduce(f64::min),
+                    _ => ratios.reduce(f64::max),
+                }
+            }
+            Eval::Custom { f, .. } => f(r),
         }
     }
 }

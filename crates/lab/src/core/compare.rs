@@ -37,14 +37,21 @@ pub fn claim_table<K: RunKey>(
             None if failed => "failed".into(),
             None => "—".into(),
         };
-        let rel = ours.map(|v| v / c.paper);
+        // A direction-only claim has no number to compare in magnitude.
+        let rel = ours.filter(|_| c.has_number()).map(|v| v / c.paper);
         let verdict = c.direction.judge(ours, r);
         let mut why = Vec::new();
         if let Some(n) = c.note {
             why.push(n.to_string());
         }
-        match rel {
-            Some(x) => {
+        match (ours, rel) {
+            (Some(_), None) if verdict.is_opposite() => {
+                why.push("**opposite direction**".into());
+                why.extend(reasons(c, r));
+                why.extend(diagnose_keys(&c.keys(), r));
+            }
+            (Some(_), None) => {}
+            (_, Some(x)) => {
                 let gap = (x - 1.0).abs() > WITHIN;
                 if gap {
                     why.push(format!("**differs by {:+.0}%**", (x - 1.0) * 100.0));
@@ -64,18 +71,18 @@ pub fn claim_table<K: RunKey>(
                     }
                 }
             }
-            None if failed => why.push("a run failed (see *Runs that failed*)".into()),
-            None if c.keys().iter().all(|k| r.run(k).is_some()) => {
+            (None, _) if failed => why.push("a run failed (see *Runs that failed*)".into()),
+            (None, _) if c.keys().iter().all(|k| r.run(k).is_some()) => {
                 why.push("undefined: the denominator is zero".into())
             }
-            None => why.push(format!("not run with `{}`", r.mode.name())),
+            (None, _) => why.push(format!("not run with `{}`", r.mode.name())),
         }
         let _ = writeln!(
             out,
             "| {} <br><sub>{}</sub> | {} | {} | {} | {} | {} |",
             c.what,
             c.cite,
-            fmt_unit(c.paper, c.unit),
+            if c.has_number() { fmt_unit(c.paper, c.unit) } else { "— (direction only)".into() },
             ours_text,
             rel.map_or("—".into(), |x| format!("{x:.2}")),
             verdict.cell(&c.direction.assertion()),
@@ -90,10 +97,11 @@ pub fn claim_table<K: RunKey>(
 pub fn summary<K: RunKey>(claims: &[&Claim<K>], r: &Results<K>) -> String {
     let mut computed = 0;
     let mut within = 0;
+    let numbers = claims.iter().filter(|c| c.has_number()).count();
     let (mut directed, mut same, mut unknown) = (0, 0, 0);
     for c in claims {
         let ours = c.ours(r);
-        if let Some(v) = ours {
+        if let Some(v) = ours.filter(|_| c.has_number()) {
             computed += 1;
             if (v / c.paper - 1.0).abs() <= WITHIN {
                 within += 1;
@@ -115,12 +123,16 @@ pub fn summary<K: RunKey>(claims: &[&Claim<K>], r: &Results<K>) -> String {
         String::new()
     };
     format!(
-        "**Summary.** {} of the paper's stated numbers are compared below and {computed} could \
-         be computed in this run: {same} of the {directed} that state a direction point the \
+        "**Summary.** {} of the paper's stated numbers{} are compared below and {computed} \
+         could be computed in this run: {same} of the {directed} that state a direction point the \
          same way as the paper ({} opposite{unknown}), and {within} are within 25% of the \
          paper's ({} beyond). Every opposite direction and every gap beyond 25% has its \
          *why*.\n",
-        claims.len(),
+        numbers,
+        match claims.len() - numbers {
+            0 => String::new(),
+            n => format!(" (and {n} statements of a direction with no number)"),
+        },
         directed - same,
         computed - within
     )

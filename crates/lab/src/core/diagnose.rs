@@ -52,6 +52,18 @@ pub fn diagnose(run: &Run) -> String {
     if c("grant_waits") > 0 {
         parts.push(format!("{} writes waited for a hero grant", c("grant_waits")));
     }
+    // WAFLASH's mechanisms: partial pages reaching the flash and the reads they cost.
+    let partial = ssd_counter(l, "partial_writebacks");
+    if partial > 0 {
+        let rmw = ssd_counter(l, "rmw_reads");
+        let extra = ssd_counter(l, "mv_extra_reads");
+        let versions = ssd_counter(l, "mv_versions_written");
+        parts.push(format!(
+            "{partial} partial pages written back, {rmw} update reads{}{}",
+            if versions > 0 { format!(", {versions} written as new versions") } else { "".into() },
+            if extra > 0 { format!(", {extra} older versions read") } else { "".into() }
+        ));
+    }
     let convert = ssd_counter(l, "convert_cmds");
     if convert > 0 {
         parts.push(format!("{convert} conversions offloaded"));

@@ -65,6 +65,37 @@ pub struct Settings {
     pub quiet: bool,
 }
 
+/// Writes the configuration of every run of `plan` (or of those named in `only`) to
+/// `dir/<label>.toml` and returns the labels written. Each file runs alone with `flashrig run`,
+/// so one key can be changed and one run repeated. A name in `only` that is not a planned run
+/// is an error naming it and the labels there are.
+pub fn dump_plan<K: Ord>(
+    plan: &Plan<K>,
+    dir: &std::path::Path,
+    only: &[String],
+) -> Result<Vec<String>, Error> {
+    let labels: Vec<&str> = plan.jobs.iter().map(|j| j.label.as_str()).collect();
+    if let Some(bad) = only.iter().find(|l| !labels.contains(&l.as_str())) {
+        return Err(Error::Input(format!(
+            "--only: no planned run is labelled {bad:?}; the {} runs are: {}",
+            labels.len(),
+            labels.join(", ")
+        )));
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::Io(format!("cannot create {}: {e}", dir.display())))?;
+    let mut written = Vec::new();
+    for job in &plan.jobs {
+        if only.is_empty() || only.contains(&job.label) {
+            let path = dir.join(format!("{}.toml", job.label));
+            std::fs::write(&path, &job.text)
+                .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))?;
+            written.push(job.label.clone());
+        }
+    }
+    Ok(written)
+}
+
 /// Runs everything `paper` plans and writes its document; returns the runs that failed (each
 /// as "label: error"), which the document lists too.
 pub fn reproduce<P: Paper>(paper: &P, s: &Settings) -> Result<Vec<String>, Error> {

@@ -24,6 +24,28 @@ pub enum Metric {
     ElapsedS,
     /// NAND page programs in MLC mode, summed over every SSD of the stack.
     MlcPrograms,
+    /// Mean latency of every request, reads and writes (WAFLASH §5.2.1: "We include request
+    /// latencies of all reads and writes").
+    MeanAllLatUs,
+    /// Percentiles of every request's latency.
+    P95AllLatUs,
+    /// Percentiles of the writes' and the reads' latencies.
+    WriteP90LatUs,
+    WriteP95LatUs,
+    ReadP90LatUs,
+    ReadP95LatUs,
+    /// A counter summed over every SSD of the stack, over the measured window (what
+    /// preconditioning did is left out).
+    Ssd(&'static str),
+    /// Several counters summed over every SSD of the stack, over the measured window.
+    SsdSum(&'static [&'static str]),
+    /// NAND page programs of every cell mode, summed over every SSD of the stack, over the
+    /// measured window.
+    FlashPrograms,
+    /// The time-mean over a run's `workload.counter_series` of one sampled counter divided by
+    /// another (WAFLASH Fig. 10: `buffer_partial_units / buffer_units`); samples whose
+    /// denominator is 0 are left out.
+    SeriesShare(&'static str, &'static str),
 }
 
 /// A counter summed over every SSD layer under `layer`.
@@ -63,14 +85,57 @@ pub fn metric_of(run: &Run, m: Metric) -> Option<f64> {
         Metric::MlcPrograms => {
             Some(ssd_counter(&run.result.layers, "nand_page_programs_mlc") as f64)
         }
+        Metric::MeanAllLatUs => (t.latency.count > 0).then(|| t.latency.mean_ns / 1e3),
+        Metric::P95AllLatUs => (t.latency.count > 0).then(|| t.latency.p95_ns as f64 / 1e3),
+        Metric::WriteP90LatUs => {
+            (t.write_latency.count > 0).then(|| t.write_latency.p90_ns as f64 / 1e3)
+        }
+        Metric::WriteP95LatUs => {
+            (t.write_latency.count > 0).then(|| t.write_latency.p95_ns as f64 / 1e3)
+        }
+        Metric::ReadP90LatUs => {
+            (t.read_latency.count > 0).then(|| t.read_latency.p90_ns as f64 / 1e3)
+        }
+        Metric::ReadP95LatUs => {
+            (t.read_latency.count > 0).then(|| t.read_latency.p95_ns as f64 / 1e3)
+        }
+        Metric::Ssd(name) => Some(window_counter(run, "ssd", name) as f64),
+        Metric::SsdSum(names) => {
+            Some(names.iter().map(|n| window_counter(run, "ssd", n)).sum::<u64>() as f64)
+        }
+        Metric::FlashPrograms => Some(
+            flashrig_ssd::config::CellType::ALL
+                .iter()
+                .map(|c| window_counter(run, "ssd", &format!("nand_page_programs_{}", c.name())))
+                .sum::<u64>() as f64,
+        ),
+        Metric::SeriesShare(num, den) => series_share(run, num, den),
     }
+}
+
+/// The time-mean of `num / den` over a run's sampled counters (see [`Metric::SeriesShare`]).
+pub fn series_share(run: &Run, num: &str, den: &str) -> Option<f64> {
+    let c = run.result.workload.get("counter_series")?.get("counters")?;
+    let series = |name: &str| -> Option<Vec<f64>> {
+        c.get(name)?.as_array()?.iter().map(|v| v.as_f64()).collect()
+    };
+    let (n, d) = (series(num)?, series(den)?);
+    let shares: Vec<f64> = n.iter().zip(&d).filter(|(_, &d)| d > 0.0).map(|(n, d)| n / d).collect();
+    (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
 }
 
 /// A metric as a table shows it.
 pub fn fmt_metric(v: f64, m: Metric) -> String {
     match m {
         Metric::WriteGbps => format!("{v:.2}"),
-        Metric::MeanLatUs | Metric::P99LatUs => {
+        Metric::MeanLatUs
+        | Metric::P99LatUs
+        | Metric::MeanAllLatUs
+        | Metric::P95AllLatUs
+        | Metric::WriteP90LatUs
+        | Metric::WriteP95LatUs
+        | Metric::ReadP90LatUs
+        | Metric::ReadP95LatUs => {
             if v >= 10_000.0 {
                 format!("{:.1} ms", v / 1e3)
             } else {
@@ -78,7 +143,10 @@ pub fn fmt_metric(v: f64, m: Metric) -> String {
             }
         }
         Metric::ElapsedS => format!("{v:.3} s"),
-        Metric::MlcPrograms => format!("{v:.0}"),
+        Metric::MlcPrograms | Metric::Ssd(_) | Metric::SsdSum(_) | Metric::FlashPrograms => {
+            format!("{v:.0}")
+        }
+        Metric::SeriesShare(..) => format!("{:.1}%", v * 100.0),
     }
 }
 

@@ -151,27 +151,7 @@ pub fn dump_configs(opts: &Options, dir: &Path, only: &[String]) -> Result<Vec<S
         mode: opts.mode,
         traces: traces::traces(opts.mode, &opts.outputs.results.join("traces"), &opts.traces),
     };
-    let plan = paper.plan()?;
-    let labels: Vec<&str> = plan.jobs.iter().map(|j| j.label.as_str()).collect();
-    if let Some(bad) = only.iter().find(|l| !labels.contains(&l.as_str())) {
-        return Err(Error::Input(format!(
-            "--only: no planned run is labelled {bad:?}; the {} runs are: {}",
-            labels.len(),
-            labels.join(", ")
-        )));
-    }
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Error::Io(format!("cannot create {}: {e}", dir.display())))?;
-    let mut written = Vec::new();
-    for job in &plan.jobs {
-        if only.is_empty() || only.contains(&job.label) {
-            let path = dir.join(format!("{}.toml", job.label));
-            std::fs::write(&path, &job.text)
-                .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))?;
-            written.push(job.label.clone());
-        }
-    }
-    Ok(written)
+    core::dump_plan(&paper.plan()?, dir, only)
 }
 
 /// Runs everything and writes the document; returns the runs that failed.
