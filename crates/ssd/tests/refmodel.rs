@@ -282,3 +282,16 @@ fn mv_ftl_compaction_under_every_buffer_policy_at_4_to_16_kib_pages() {
     }
     assert!(idle_merges > 0, "no merge in idle time");
 }
+
+/// Compaction with payload `tag`: a compacted page keeps each packed block's fingerprint at
+/// its packed index rather than the data bytes, and reads must still hand back each block's.
+#[test]
+fn mv_ftl_compaction_with_tag_payload() {
+    for seed in seeds(90, 2) {
+        let mut cfg = waflash_ssd_with_units(16, 4, "lru", "mv");
+        cfg.payload = PayloadMode::Tag;
+        let c = check(RuntimeKind::Sim, 1, cfg, 20_000, seed);
+        assert_gc_ran(&c, &format!("tag, seed {seed}"));
+        assert!(c["mv_compacted_pages"] > 0, "seed {seed}: nothing compacted");
+    }
+}
