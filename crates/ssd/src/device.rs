@@ -217,6 +217,8 @@ impl Ssd {
             set("mv_idle_merges", f.mv_idle_merges);
             set("mv_chained_units", f.mv_chained_units);
             set("mv_chain_versions", f.mv_chain_versions);
+            set("mv_compacted_pages", f.mv_compacted_pages);
+            set("mv_compacted_units", f.mv_compacted_units);
         }
         set("block_erases", n.block_erases);
         set("nand_read_bytes", n.read_bytes);

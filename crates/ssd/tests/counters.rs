@@ -6,7 +6,8 @@
 //! `none` where bytes do not matter), then identities between independent counters: units
 //! programmed (from the NAND page counts) = host units + GC copies + SLC evictions + padding;
 //! erases = lines collected or evicted x planes; SLC-mode programs carry exactly the host
-//! units when an SLC cache fronts the device. Two runs of the same seed must give identical
+//! units when an SLC cache fronts the device; with MV-FTL's compaction, units handed to the
+//! FTL = host units - compacted pages + units packed into them. Two runs of the same seed must give identical
 //! counters and the same virtual end time.
 
 use std::collections::BTreeMap;
@@ -124,6 +125,48 @@ fn same_seed_same_counters_and_time() {
     assert_eq!(a, b);
     let c = workload(cfg, 10, 20_000, None, 0);
     assert_ne!(a.0, c.0, "a different seed should change something");
+}
+
+/// MV-FTL with compaction (WAFLASH §3.3) at 512-byte sectors, four 4 KiB units per 16 KiB
+/// page, so write-back groups hold several single-sector partial units: the identities above
+/// hold with compacted pages counted as one host unit each, idle merges (programmed into the
+/// relocation stream, counted by `mv_idle_merges` alone) added to what NAND programmed, and
+/// units the buffer handed the FTL = host units - compacted pages + units packed into them.
+#[test]
+fn counters_add_up_with_mv_ftl_compaction() {
+    let mut cfg = SsdConfig::preset("tiny").unwrap();
+    cfg.firmware.block_bytes = 512;
+    cfg.firmware.ftl_policy = flashrig_ssd::config::FtlPolicy::Mv;
+    cfg.geometry.page_bytes = 16384;
+    cfg.geometry.pages_per_block = 24;
+    cfg.geometry.oob_bytes_per_page = 1024;
+    let (c, _) = workload(cfg.clone(), 4, 60_000, None, 0);
+    eprintln!("{c:?}");
+    assert_eq!(
+        units_programmed(&c, &cfg),
+        c["ftl_host_units"]
+            + c["gc_copies"]
+            + c["slc_evictions"]
+            + c["pad_units"]
+            + c["mv_idle_merges"],
+        "NAND units programmed = host + GC copies + SLC evictions + padding + idle merges"
+    );
+    assert_eq!(
+        c["buffer_writebacks"],
+        c["ftl_host_units"] - c["mv_compacted_pages"] + c["mv_compacted_units"],
+        "units handed to the FTL = host units - compacted pages + units packed"
+    );
+    assert!(c["mv_compacted_pages"] > 0, "nothing compacted");
+    assert!(c["mv_compacted_units"] >= 2 * c["mv_compacted_pages"], "a page holds two or more");
+    // Each partial unit written back over a mapped unit is compacted, versioned or read,
+    // once; partial units of unmapped units are whole with zeros and take none.
+    assert!(
+        c["partial_writebacks"]
+            >= c["mv_compacted_units"] + c["mv_versions_written"] + c["rmw_reads"]
+    );
+    let planes = cfg.geometry.planes() as u64;
+    assert_eq!(c["block_erases"], (c["gc_lines"] + c["slc_evicted_lines"]) * planes);
+    assert!(c["gc_lines"] > 0, "GC never ran");
 }
 
 #[test]

@@ -9,7 +9,8 @@
 //! the run goes on with the same model; each case crashes several times. Failures print the
 //! seed; `FLASHRIG_SEED=<n>` reruns that case. MV-FTL (`ftl_policy = "mv"`) runs here too, and
 //! its case asserts that recovery found version chains at the cuts (so partial versions,
-//! their OOB bitmaps and the chain rule of recovery were exercised, not just whole units).
+//! their OOB bitmaps and the chain rule of recovery were exercised, not just whole units),
+//! with compacted pages (§3.3) written in its configurations of several units per page.
 
 use std::sync::Arc;
 
@@ -159,34 +160,44 @@ fn without_protection_unflushed_writes_can_be_lost() {
 
 /// MV-FTL at 512-byte sectors over 8 KiB pages (WAFLASH's SSD), with and without an SLC cache
 /// (paced eviction relocates, and so merges, too): every flushed write survives crashes with
-/// version chains live, and the chains recovery rebuilds read exactly what was durable.
+/// version chains live, and the chains recovery rebuilds read exactly what was durable. With
+/// 4 KiB units in 16 KiB pages a write-back group holds four units, so small partial ones are
+/// compacted (§3.3) and crashes also cut with compacted pages live, whose tables recovery
+/// reads to rebuild the chains.
 #[test]
-fn crashes_with_mv_ftl_version_chains() {
+fn crashes_with_mv_ftl_version_chains_and_compacted_pages() {
     let mut chained = 0;
+    let mut compacted = 0;
     for seed in seeds(300, 3) {
         for slc in [false, true] {
-            let mut cfg = SsdConfig::preset(if slc { "tiny-slc" } else { "tiny" }).unwrap();
-            cfg.firmware.block_bytes = 512;
-            cfg.firmware.iu_bytes = 8192;
-            cfg.geometry.page_bytes = 8192;
-            cfg.geometry.pages_per_block = 48;
-            cfg.geometry.oob_bytes_per_page = 512;
-            cfg.firmware.ftl_policy = flashrig_ssd::config::FtlPolicy::Mv;
-            let c = crash_case(cfg, seed, 3, false, GC_WINDOW)
-                .unwrap_or_else(|e| panic!("mv, slc {slc}: {e}"));
-            println!(
-                "mv, slc {slc}, seed {seed}: {} versions written, {} merges, {} chained units \
-                 at the cuts, {} GC lines, {} SLC lines evicted",
-                c["mv_versions_written"],
-                c["mv_merges"],
-                c["chained_units_at_cuts"],
-                c["gc_lines"],
-                c["slc_evicted_lines"]
-            );
-            assert!(c["mv_versions_written"] > 0, "seed {seed}: no version written");
-            assert!(c["mv_merges"] > 0, "seed {seed}: no merge");
-            chained += c["chained_units_at_cuts"];
+            for (page_bytes, iu_bytes) in [(8192u32, 8192u32), (16384, 4096)] {
+                let mut cfg = SsdConfig::preset(if slc { "tiny-slc" } else { "tiny" }).unwrap();
+                cfg.firmware.block_bytes = 512;
+                cfg.firmware.iu_bytes = iu_bytes;
+                cfg.geometry.page_bytes = page_bytes;
+                cfg.geometry.pages_per_block = 48 * 8192 / page_bytes;
+                cfg.geometry.oob_bytes_per_page = 1024;
+                cfg.firmware.ftl_policy = flashrig_ssd::config::FtlPolicy::Mv;
+                let what = format!("mv, slc {slc}, {iu_bytes}-byte units, seed {seed}");
+                let c = crash_case(cfg, seed, 3, false, GC_WINDOW)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                println!(
+                    "{what}: {} versions written, {} compacted pages, {} merges, {} chained \
+                     units at the cuts, {} GC lines, {} SLC lines evicted",
+                    c["mv_versions_written"],
+                    c["mv_compacted_pages"],
+                    c["mv_merges"],
+                    c["chained_units_at_cuts"],
+                    c["gc_lines"],
+                    c["slc_evicted_lines"]
+                );
+                assert!(c["mv_versions_written"] > 0, "{what}: no version written");
+                assert!(c["mv_merges"] > 0, "{what}: no merge");
+                chained += c["chained_units_at_cuts"];
+                compacted += c["mv_compacted_pages"];
+            }
         }
     }
     assert!(chained > 0, "no crash found a version chain to recover");
+    assert!(compacted > 0, "no compacted page was written");
 }

@@ -11,7 +11,8 @@
 //! eviction) really ran. Payload mode `tag` is checked the same way against fingerprints.
 //! WAFLASH's firmware runs here too: each write-buffer policy, and MV-FTL (`ftl_policy =
 //! "mv"`, whose case asserts that new versions, reads of older versions and merges by GC and
-//! in idle time all happened).
+//! in idle time all happened), with compaction of small partial units (§3.3) in mapping units
+//! smaller than a page, whose case asserts that compacted pages were written.
 //! Failures print the seed; `FLASHRIG_SEED=<n>` reruns that case.
 
 use std::sync::Arc;
@@ -159,6 +160,12 @@ fn tag_payload_is_verified_on_read() {
 /// A small SSD shaped as WAFLASH's: 512-byte sectors, pages of `page_kib` KiB mapped page by
 /// page, a 64-page write buffer under `policy`, and the FTL `ftl`.
 fn waflash_ssd(page_kib: u32, policy: &str, ftl: &str) -> SsdConfig {
+    waflash_ssd_with_units(page_kib, page_kib, policy, ftl)
+}
+
+/// [`waflash_ssd`] with mapping units of `iu_kib` KiB, so one write-back group (a page's
+/// worth of units) can hold several small partial units to compact.
+fn waflash_ssd_with_units(page_kib: u32, iu_kib: u32, policy: &str, ftl: &str) -> SsdConfig {
     let text = format!(
         "preset = \"tiny\"\n\
          [geometry]\nblocks_per_plane = 40\npage_bytes = {}\npages_per_block = {}\n\
@@ -167,7 +174,7 @@ fn waflash_ssd(page_kib: u32, policy: &str, ftl: &str) -> SsdConfig {
          buffer_policy = \"{policy}\"\nftl_policy = \"{ftl}\"\n",
         page_kib * 1024,
         96 * 4 / page_kib,
-        page_kib * 1024,
+        iu_kib * 1024,
         64 * page_kib * 1024,
     );
     SsdConfig::resolve(&text.parse().unwrap()).unwrap()
@@ -201,6 +208,39 @@ fn every_buffer_policy_at_512_byte_sectors_and_4_to_16_kib_pages() {
     }
 }
 
+/// Runs the checker on [`waflash_ssd_with_units`] with MV-FTL, prints what MV-FTL did, and
+/// asserts what every MV-FTL case must show: GC ran, reads took older versions, chains were
+/// merged, and small partial pages left alone took the read-modify-write. Returns the case's
+/// name and its counters.
+fn mv_case(
+    page_kib: u32,
+    iu_kib: u32,
+    policy: &str,
+    seed: u64,
+) -> (String, std::collections::BTreeMap<String, u64>) {
+    let cfg = waflash_ssd_with_units(page_kib, iu_kib, policy, "mv");
+    let what = format!("mv, {policy} with {page_kib} KiB pages of {iu_kib} KiB units, seed {seed}");
+    println!("{what}");
+    let c = check(RuntimeKind::Sim, 1, cfg, 30_000, seed);
+    println!(
+        "  {} versions written, {} compacted pages holding {} units, {} extra reads, {} merges \
+         ({} idle), {} RMW reads, {} GC lines",
+        c["mv_versions_written"],
+        c["mv_compacted_pages"],
+        c["mv_compacted_units"],
+        c["mv_extra_reads"],
+        c["mv_merges"],
+        c["mv_idle_merges"],
+        c["rmw_reads"],
+        c["gc_lines"]
+    );
+    assert_gc_ran(&c, &what);
+    assert!(c["mv_extra_reads"] > 0, "{what}: no read of an older version");
+    assert!(c["mv_merges"] > 0, "{what}: no merge");
+    assert!(c["rmw_reads"] > 0, "{what}: small partial pages take no RMW");
+    (what, c)
+}
+
 /// MV-FTL (`ftl_policy = "mv"`, WAFLASH §3.2) under every write-buffer policy at 512-byte
 /// sectors with 4, 8 and 16 KiB pages mapped page by page: the data stays exact while partial
 /// pages become new versions, reads merge versions, GC and SLC-less idle time merge chains,
@@ -210,27 +250,48 @@ fn mv_ftl_under_every_buffer_policy_at_512_byte_sectors_and_4_to_16_kib_pages() 
     for seed in seeds(70, 2) {
         for page_kib in [4u32, 8, 16] {
             for policy in ["lru", "pc-lru", "mca"] {
-                let cfg = waflash_ssd(page_kib, policy, "mv");
-                let what = format!("mv, {policy} with {page_kib} KiB pages, seed {seed}");
-                println!("{what}");
-                let c = check(RuntimeKind::Sim, 1, cfg, 30_000, seed);
-                println!(
-                    "  {} versions written, {} extra reads, {} merges ({} idle), {} RMW reads, \
-                     {} GC lines",
-                    c["mv_versions_written"],
-                    c["mv_extra_reads"],
-                    c["mv_merges"],
-                    c["mv_idle_merges"],
-                    c["rmw_reads"],
-                    c["gc_lines"]
-                );
-                assert_gc_ran(&c, &what);
+                let (what, c) = mv_case(page_kib, page_kib, policy, seed);
                 assert!(c["mv_versions_written"] > 0, "{what}: no new version; {c:?}");
-                assert!(c["mv_extra_reads"] > 0, "{what}: no read of an older version");
-                assert!(c["mv_merges"] > 0, "{what}: no merge");
                 assert!(c["mv_idle_merges"] > 0, "{what}: no merge in idle time");
-                assert!(c["rmw_reads"] > 0, "{what}: small partial pages take no RMW");
             }
         }
+    }
+}
+
+/// MV-FTL with compaction (WAFLASH §3.3, `compaction_region_pages` at its default) under
+/// every write-buffer policy at 512-byte sectors with 4, 8 and 16 KiB pages. Mapping units
+/// are smaller than a page (2, 4 and 4 KiB), so a write-back group holds several units and
+/// small partial ones of one region are packed into compacted pages (with one unit per page,
+/// groups hold one unit until PC-LRU's batch destaging hands the FTL several). The data stays
+/// exact while reads take sections out of compacted pages and older versions, GC, SLC-less
+/// idle time and read-modify-writes merge them, and the counters say each happened.
+#[test]
+fn mv_ftl_compaction_under_every_buffer_policy_at_4_to_16_kib_pages() {
+    let mut idle_merges = 0;
+    for seed in seeds(80, 2) {
+        for (page_kib, iu_kib) in [(4u32, 2u32), (8, 4), (16, 4)] {
+            for policy in ["lru", "pc-lru", "mca"] {
+                let (what, c) = mv_case(page_kib, iu_kib, policy, seed);
+                assert!(c["mv_compacted_pages"] > 0, "{what}: nothing compacted; {c:?}");
+                assert!(c["mv_compacted_units"] >= 2 * c["mv_compacted_pages"], "{what}");
+                // Idle time comes and goes with the random commands: some case must merge in
+                // it, not every one.
+                idle_merges += c["mv_idle_merges"];
+            }
+        }
+    }
+    assert!(idle_merges > 0, "no merge in idle time");
+}
+
+/// Compaction with payload `tag`: a compacted page keeps each packed block's fingerprint at
+/// its packed index rather than the data bytes, and reads must still hand back each block's.
+#[test]
+fn mv_ftl_compaction_with_tag_payload() {
+    for seed in seeds(90, 2) {
+        let mut cfg = waflash_ssd_with_units(16, 4, "lru", "mv");
+        cfg.payload = PayloadMode::Tag;
+        let c = check(RuntimeKind::Sim, 1, cfg, 20_000, seed);
+        assert_gc_ran(&c, &format!("tag, seed {seed}"));
+        assert!(c["mv_compacted_pages"] > 0, "seed {seed}: nothing compacted");
     }
 }

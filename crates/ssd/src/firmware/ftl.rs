@@ -17,6 +17,7 @@ use rustc_hash::FxHashMap;
 use super::gc::VictimPolicy;
 use super::slc::Evictor;
 use crate::config::{FtlPolicy, SlcEviction, SsdConfig, TransientPlacement};
+use crate::media::compacted::{self, Compacted, Packing, COMPACTED_LPN};
 use crate::media::image::{LineEntry, NandImage, SlotHeader};
 use crate::media::store::{IuImage, LineStore, Shape, FLAG_TRANSIENT};
 use crate::media::{Layout, NandTimer};
@@ -78,6 +79,12 @@ pub struct FtlCounters {
     /// MV-FTL gauge: versions those units hold now, the newest included (so
     /// `mv_chain_versions / mv_chained_units` is the mean number of versions per chained unit).
     pub mv_chain_versions: u64,
+    /// MV-FTL compaction (WAFLASH §3.3): compacted pages programmed (each one slot, counted
+    /// in `host_slots` as one).
+    pub mv_compacted_pages: u64,
+    /// MV-FTL compaction: partial units packed into those pages (each a new partial version
+    /// of its unit, not counted in `mv_versions_written`).
+    pub mv_compacted_units: u64,
 }
 
 /// The interface between the controller and a mapping scheme. The page map implements it;
@@ -243,6 +250,12 @@ pub struct PageMap {
     /// that are provided by SSD manufacturers", §3.2); bounding them to a quarter of it keeps
     /// GC able to free lines whatever the chains hold.
     pub(super) mv_budget: u64,
+    /// MV-FTL compaction (WAFLASH §3.3): the region, in logical units, whose small partial
+    /// units one program call packs together; 0 turns compaction off.
+    compaction_region_pages: u32,
+    /// Compacted pages of the program call in progress, by the sequence number of the slot
+    /// that carries each through `program_stream` (their tables cannot ride in an [`IuWrite`]).
+    pending_compacted: Vec<(u64, Compacted)>,
 }
 
 impl PageMap {
@@ -295,6 +308,12 @@ impl PageMap {
                     (layout.lines - layout.slc_lines) as u64 * layout.slots_per_line_native as u64;
                 dense.saturating_sub(layout.logical_ius) / 4
             },
+            compaction_region_pages: if f.ftl_policy == FtlPolicy::Mv {
+                f.compaction_region_pages
+            } else {
+                0
+            },
+            pending_compacted: Vec::new(),
             layout,
             shape,
         }
@@ -357,25 +376,40 @@ impl PageMap {
     }
 
     /// Whether MV-FTL programs the partial unit `w` (of a unit mapped now) as a new version:
-    /// more than half its blocks are present (smaller ones are compaction's, §3.3, and take
-    /// the read-modify-write until it exists), the unit has fewer than [`MV_MAX_VERSIONS`]
-    /// versions, and the older versions fit the budget.
+    /// more than half its blocks are present (smaller ones are compaction's, §3.3, or take the
+    /// read-modify-write), and [`Self::room_for_version`].
     fn takes_new_version(&self, w: &IuWrite) -> bool {
-        let present = (w.present & self.full).count_ones();
-        let versions = self.chains.get(&w.lpn).map_or(1, |c| c.len() + 1);
-        2 * present > self.layout.blocks_per_iu
-            && versions < MV_MAX_VERSIONS
-            && self.older_versions() < self.mv_budget
+        !self.is_small(w) && self.room_for_version(w.lpn, 0)
+    }
+
+    /// Whether the partial unit `w` has at most half its blocks present (§3.3's "small
+    /// portion (e.g., ≤ 50%) of a logical page").
+    fn is_small(&self, w: &IuWrite) -> bool {
+        2 * (w.present & self.full).count_ones() <= self.layout.blocks_per_iu
+    }
+
+    /// Whether `lpn` may take one more version, with `pending` more older versions already
+    /// promised in this program call: it has fewer than [`MV_MAX_VERSIONS`], and the older
+    /// versions fit the budget.
+    fn room_for_version(&self, lpn: u32, pending: u64) -> bool {
+        let versions = self.chains.get(&lpn).map_or(1, |c| c.len() + 1);
+        versions < MV_MAX_VERSIONS && self.older_versions() + pending < self.mv_budget
     }
 
     /// Marks the slot at `ppa` stale. Returns true when it held a transient unit in an SLC
     /// line, so callers can count transient units that died in SLC (a relocation, which also
     /// leaves its source slot stale, is not such a death).
+    ///
+    /// A compacted page (§3.3) is used by several units: it goes stale only when the last of
+    /// them stops using its section.
     fn invalidate(&mut self, ppa: u32) -> bool {
         let (l, s) = self.layout.split_ppa(ppa);
         let line = &mut self.lines[l as usize];
-        line.valid -= 1;
         let st = line.store.as_mut().expect("a mapped slot's line has a store");
+        if st.release_compacted(s).is_some_and(|live| live > 0) {
+            return false;
+        }
+        line.valid -= 1;
         if st.clear_valid(s) {
             line.transient -= 1;
             line.slc
@@ -491,6 +525,7 @@ impl PageMap {
                 let slot = wp + k;
                 let ppa = self.layout.ppa(l, slot);
                 match it.next() {
+                    Some(w) if w.lpn == COMPACTED_LPN => self.place_compacted(l, slot, w),
                     Some(w) => {
                         // MV-FTL: a unit still partial here is a new version (the FTL chose not
                         // to complete it); its old place stays valid as the newest older one.
@@ -499,6 +534,7 @@ impl PageMap {
                         // goes stale (a host write supersedes it; a relocated unit leaves it).
                         let old = self.l2p_replace(w.lpn, ppa);
                         if version {
+                            self.counters.mv_versions_written += 1;
                             self.chain_push(w.lpn, old);
                         } else {
                             let mut died = self.drop_chain(w.lpn);
@@ -557,7 +593,6 @@ impl PageMap {
     /// Makes `old`, the place `lpn` was mapped to before a new version, the newest of its older
     /// versions.
     fn chain_push(&mut self, lpn: u32, old: Option<u32>) {
-        self.counters.mv_versions_written += 1;
         // A unit never written is completed with zeros rather than versioned
         // (`complete_partial_units`), so there is always an old place here.
         let Some(old) = old else { return };
@@ -587,13 +622,39 @@ impl PageMap {
         done
     }
 
-    /// The OOB of the slot at `ppa`: its unit, sequence number, flags, and its sector bitmap
-    /// when it holds a partial version.
-    fn oob(&self, ppa: u32) -> (u32, u64, u8, Option<u128>) {
+    /// The OOB of the slot at `ppa` read as a version of `lpn`: its sequence number, flags, and
+    /// its sector bitmap when it is a partial version; `None` when the slot holds no version of
+    /// `lpn` (its OOB names another unit, or, for a compacted page, its table has no section
+    /// of `lpn`).
+    fn version_at(&self, ppa: u32, lpn: u32) -> Option<(u64, u8, Option<u128>)> {
+        let (l, s) = self.layout.split_ppa(ppa);
+        let st = self.lines[l as usize].store.as_ref()?;
+        let i = s as usize;
+        if st.lpn[i] == COMPACTED_LPN {
+            let sec = st.compacted_of(s)?.section_of(lpn)?;
+            return Some((sec.seq, sec.flags, Some(sec.present)));
+        }
+        (st.lpn[i] == lpn).then(|| (st.seq[i], st.flags[i], st.partial_of(s)))
+    }
+
+    /// The content of the version of `lpn` at `ppa`: the slot's unit, or, for a compacted page,
+    /// `lpn`'s section taken out by the page's table (blocks it lacks are zeros).
+    fn image_at(&self, ppa: u32, lpn: u32) -> IuImage {
         let (l, s) = self.layout.split_ppa(ppa);
         let st = self.lines[l as usize].store.as_ref().expect("mapped line has a store");
-        let i = s as usize;
-        (st.lpn[i], st.seq[i], st.flags[i], st.partial_of(s))
+        if let Some(c) = st.compacted_of(s) {
+            if let Some(sec) = c.section_of(lpn) {
+                let start = compacted::data_start(&self.shape, c.sections.len());
+                return compacted::unpack(&self.shape, &st.get(s), sec, start);
+            }
+        }
+        st.get(s)
+    }
+
+    /// Whether the version of `lpn` at `ppa` is still one of its versions (its newest, or in
+    /// its chain).
+    pub(super) fn uses(&self, lpn: u32, ppa: u32) -> bool {
+        self.l2p_get(lpn) == Some(ppa) || self.chains.get(&lpn).is_some_and(|c| c.contains(&ppa))
     }
 
     /// Reads the blocks `need` of `lpn` (mapped to `newest`) issued at `t_ns`: its newest
@@ -615,14 +676,13 @@ impl PageMap {
             DevError::ReadMedia { lba: lpn as u64 * ftl.layout.blocks_per_iu as u64 }
         };
         let mut done = self.read_slot(t_ns, newest);
-        let (owner, seq, flags, partial) = self.oob(newest);
-        // The OOB names the unit stored in the slot; a mismatch means the mapping is wrong,
-        // and returning the bytes would hand the host another block's data.
-        if owner != lpn {
+        // The OOB (or a compacted page's table) names the units stored in the slot; a mismatch
+        // means the mapping is wrong, and returning the bytes would hand the host another
+        // block's data.
+        let Some((seq, flags, partial)) = self.version_at(newest, lpn) else {
             return Err(mismatch(self));
-        }
-        let (l, s) = self.layout.split_ppa(newest);
-        let mut img = self.lines[l as usize].store.as_ref().expect("mapped").get(s);
+        };
+        let mut img = self.image_at(newest, lpn);
         let mut extra = 0;
         if let Some(bits) = partial {
             let shape = self.shape;
@@ -633,18 +693,16 @@ impl PageMap {
                     break;
                 }
                 let ppa = self.chains[&lpn][k];
-                let (owner, _, _, partial) = self.oob(ppa);
-                if owner != lpn {
+                let Some((_, _, partial)) = self.version_at(ppa, lpn) else {
                     return Err(mismatch(self));
-                }
+                };
                 let take = partial.unwrap_or(self.full) & missing;
                 if take == 0 {
                     continue;
                 }
                 done = done.max(self.read_slot(t_ns, ppa));
                 extra += 1;
-                let (l, s) = self.layout.split_ppa(ppa);
-                let old = self.lines[l as usize].store.as_ref().expect("mapped").get(s);
+                let old = self.image_at(ppa, lpn);
                 for i in 0..self.layout.blocks_per_iu {
                     if take & (1u128 << i) != 0 {
                         img.copy_block_from(&shape, i as usize, &old);
@@ -754,9 +812,15 @@ impl PageMap {
     /// before is read (all reads issued at `t_ns`) and its missing blocks are taken from the
     /// old version. Returns when the last read is done, the time the group's programs may
     /// start. A unit never written keeps zeros in its missing blocks.
-    fn complete_partial_units(&mut self, t_ns: u64, ius: &mut [IuWrite]) -> DevResult<u64> {
+    ///
+    /// MV-FTL first packs small partial units of one region into compacted pages
+    /// ([`Self::compact_small_units`]), which need no read.
+    fn complete_partial_units(&mut self, t_ns: u64, ius: &mut Vec<IuWrite>) -> DevResult<u64> {
         let full = self.full;
         let shape = self.shape;
+        if self.compaction_region_pages > 0 && ius.len() > 1 {
+            self.compact_small_units(ius);
+        }
         let mut start = t_ns;
         for w in ius.iter_mut() {
             if w.present & full == full {
@@ -788,6 +852,140 @@ impl PageMap {
             }
         }
         Ok(start)
+    }
+}
+
+/// A compacted page being filled by [`PageMap::compact_small_units`]: its region and flags, the
+/// indices of its units in the program call, and the blocks they hold.
+struct OpenPage {
+    region: u32,
+    flags: u8,
+    units: Vec<usize>,
+    blocks: usize,
+}
+
+impl PageMap {
+    /// WAFLASH §3.3: packs the small partial units of `ius` (at most half their blocks present,
+    /// of units mapped now, each with room for one more version) that share a region
+    /// (`compaction_region_pages` logical units) and flags into compacted pages, greedily in
+    /// arrival order: a unit that does not fit its region's page closes it and starts another.
+    /// A page that would hold a single unit is not made: its unit stays for the
+    /// read-modify-write, as without compaction. Packed units leave `ius`; each page joins its
+    /// end as one slot to program (lpn [`COMPACTED_LPN`], a fresh sequence number), its table
+    /// waiting in `pending_compacted`.
+    fn compact_small_units(&mut self, ius: &mut Vec<IuWrite>) {
+        self.pending_compacted.clear();
+        let full = self.full;
+        let region_pages = self.compaction_region_pages;
+        let mut open: Vec<OpenPage> = Vec::new();
+        let mut pages: Vec<Vec<usize>> = Vec::new();
+        // Older versions the call's compacted units would add, so the budget holds for all.
+        let mut promised = 0u64;
+        for (i, w) in ius.iter().enumerate() {
+            let blocks = (w.present & full).count_ones() as usize;
+            if blocks == 0
+                || !self.is_small(w)
+                || !self.is_mapped(w.lpn)
+                || !self.room_for_version(w.lpn, promised)
+                // Compacted pages are programmed after the call's other units, so a unit
+                // written twice in one call is left out to keep its writes in order.
+                || ius.iter().filter(|o| o.lpn == w.lpn).count() > 1
+            {
+                continue;
+            }
+            promised += 1;
+            let (region, flags) = (w.lpn / region_pages, w.flags);
+            match open.iter_mut().find(|p| p.region == region && p.flags == flags) {
+                Some(p) if compacted::fits(&self.shape, p.units.len() + 1, p.blocks + blocks) => {
+                    p.units.push(i);
+                    p.blocks += blocks;
+                }
+                Some(p) => {
+                    pages.push(std::mem::replace(&mut p.units, vec![i]));
+                    p.blocks = blocks;
+                }
+                None => open.push(OpenPage { region, flags, units: vec![i], blocks }),
+            }
+        }
+        pages.extend(open.into_iter().map(|p| p.units));
+        pages.retain(|p| p.len() > 1);
+        if pages.is_empty() {
+            return;
+        }
+        // In the order of each page's first unit: arrival order.
+        pages.sort_unstable_by_key(|p| p[0]);
+        let mut packed = vec![false; ius.len()];
+        let mut slots = Vec::with_capacity(pages.len());
+        for page in &pages {
+            self.seq += 1;
+            let seq = self.seq;
+            let units: Vec<Packing> = page
+                .iter()
+                .map(|&i| {
+                    let w = &ius[i];
+                    Packing {
+                        lpn: w.lpn,
+                        seq: w.seq,
+                        flags: w.flags,
+                        present: w.present,
+                        img: &w.img,
+                    }
+                })
+                .collect();
+            let (img, table) = compacted::pack(&self.shape, &units);
+            let flags = ius[page[0]].flags;
+            self.pending_compacted.push((seq, table));
+            slots.push(IuWrite { lpn: COMPACTED_LPN, seq, flags, img, present: full });
+            page.iter().for_each(|&i| packed[i] = true);
+        }
+        let mut k = 0;
+        ius.retain(|_| {
+            k += 1;
+            !packed[k - 1]
+        });
+        ius.extend(slots);
+    }
+
+    /// Programs the compacted page `w` into `slot` of line `l` (an open host line): each packed
+    /// unit's newest version is now its section there, chained over its older versions (the
+    /// paper's PT pointers of several units pointing at one page), and the slot stays valid
+    /// while any of them uses it.
+    fn place_compacted(&mut self, l: u32, slot: u32, w: IuWrite) {
+        let found = self.pending_compacted.iter().position(|p| p.0 == w.seq);
+        debug_assert!(found.is_some(), "a compacted slot without its table");
+        let Some(i) = found else {
+            // Every compacted slot is made with its table by `compact_small_units`; without
+            // one the slot is written as padding rather than mapped wrong.
+            self.counters.pad_slots += 1;
+            return;
+        };
+        let (_, table) = self.pending_compacted.swap_remove(i);
+        let ppa = self.layout.ppa(l, slot);
+        for sec in &table.sections {
+            let old = self.l2p_replace(sec.lpn, ppa);
+            self.chain_push(sec.lpn, old);
+            if !self.trims.is_empty() && self.trims.get(&sec.lpn).is_some_and(|&ts| ts < sec.seq) {
+                self.trims.remove(&sec.lpn);
+            }
+        }
+        self.counters.mv_compacted_pages += 1;
+        self.counters.mv_compacted_units += table.sections.len() as u64;
+        self.counters.host_slots += 1;
+        let transient = w.flags & FLAG_TRANSIENT != 0;
+        let line = &mut self.lines[l as usize];
+        if line.slc && transient {
+            self.counters.slc_transient_units += 1;
+        }
+        let st = line.store.as_mut().expect("open line has a store");
+        st.put(slot, COMPACTED_LPN, w.seq, w.flags, &w.img);
+        st.set_valid(slot);
+        st.set_compacted(slot, table);
+        // No NAND image file here: MV-FTL refuses `backing` (its slot header has no field for
+        // a partial version's bitmap, nor for a compacted page's table).
+        line.valid += 1;
+        if transient {
+            line.transient += 1;
+        }
     }
 }
 
@@ -1231,5 +1429,159 @@ mod tests {
         assert_eq!(read(&mut ftl, 100, 0xff), expected(&[(4, 0xff)], 0xff));
         let (l, s) = ftl.layout.split_ppa(ftl.l2p_get(1).unwrap());
         assert_eq!(ftl.lines[l as usize].store.as_ref().unwrap().partial_of(s), None);
+    }
+
+    /// Programs versions of several units in one call (one write-back group): `(lpn, version,
+    /// sector bitmap)` each.
+    fn write_group(ftl: &mut PageMap, units: &[(u32, u8, u128)]) {
+        let shape = ftl.shape;
+        let mut ius = Vec::new();
+        for &(lpn, v, present) in units {
+            let mut img = IuImage::zeroed(&shape);
+            for i in 0..8 {
+                if present & (1 << i) != 0 {
+                    img.put_block(&shape, i, &sector(v, i), None);
+                }
+            }
+            let seq = ftl.next_seq();
+            ius.push(IuWrite { lpn, seq, flags: 0, img, present });
+        }
+        ftl.program(0, &mut ius).unwrap();
+    }
+
+    /// Slots programmed so far (host and relocation, padding included).
+    fn slots_programmed(ftl: &PageMap) -> u64 {
+        ftl.lines.iter().filter(|l| l.store.is_some()).map(|l| l.wp as u64).sum()
+    }
+
+    /// WAFLASH §3.3's example (Fig. 7): units 6, 7 and 8 written before, then small partial
+    /// writes of all three in one write-back group: one page program, no read, and each unit's
+    /// newest version is its section of the one compacted page, chained over the old one.
+    /// Unit 8's sectors are not contiguous (two runs). Every later write, trim or merge that
+    /// supersedes a section releases the page, which stays valid until the last one does.
+    #[test]
+    fn three_small_partial_writes_cost_one_page_program_and_no_read() {
+        let mut ftl = mv_ftl();
+        write_group(&mut ftl, &[(6, 1, 0xff), (7, 1, 0xff), (8, 1, 0xff)]);
+        let (p6, p7, p8) = (0b0000_0011, 0b0000_0100, 0b1000_0001);
+        let before = slots_programmed(&ftl);
+        write_group(&mut ftl, &[(6, 2, p6), (7, 2, p7), (8, 2, p8)]);
+        assert_eq!(slots_programmed(&ftl) - before, 1, "one page program");
+        let c = ftl.counters();
+        assert_eq!((c.rmw_reads, c.mv_versions_written), (0, 0), "no read, no plain version");
+        assert_eq!((c.mv_compacted_pages, c.mv_compacted_units), (1, 3));
+        assert_eq!((c.mv_chained_units, c.mv_chain_versions), (3, 6));
+        let ppa = ftl.l2p_get(6).unwrap();
+        assert_eq!((ftl.l2p_get(7), ftl.l2p_get(8)), (Some(ppa), Some(ppa)), "shared pointers");
+        assert_eq!(valid_slots(&ftl), 4, "three old versions and the compacted page");
+        for (lpn, p) in [(6, p6), (7, p7), (8, p8)] {
+            let layers = [(1, 0xff), (2, p)];
+            // The section alone serves the sectors it holds; the rest come from the old version.
+            assert_eq!(read(&mut ftl, lpn, p), expected(&layers, p), "unit {lpn}");
+            assert_eq!(read(&mut ftl, lpn, 0xff), expected(&layers, 0xff), "unit {lpn}");
+        }
+        assert_eq!(ftl.counters().mv_extra_reads, 3, "one older version per whole read");
+        // A whole write of 6, a trim of 7, a merge of 8 in idle time: the page goes stale with
+        // the last of them.
+        write(&mut ftl, 6, 3, 0xff);
+        assert_eq!(valid_slots(&ftl), 4, "6's old version went, the page stays");
+        let seq = ftl.next_seq();
+        ftl.trim(7, seq);
+        assert_eq!(valid_slots(&ftl), 3);
+        let (l, s) = ftl.layout.split_ppa(ppa);
+        assert!(ftl.lines[l as usize].store.as_ref().unwrap().is_valid(s));
+        let idle = ftl.timer.busy_until() + 1;
+        ftl.background(idle).unwrap();
+        assert!(!ftl.lines[l as usize].store.as_ref().unwrap().is_valid(s), "page stale");
+        assert_eq!(valid_slots(&ftl), 2, "6 and the merged 8");
+        assert_eq!(read(&mut ftl, 8, 0xff), expected(&[(1, 0xff), (2, p8)], 0xff));
+        assert_eq!(read(&mut ftl, 6, 0xff), expected(&[(3, 0xff)], 0xff));
+        let c = ftl.counters();
+        assert_eq!((c.mv_chained_units, c.mv_chain_versions), (0, 0));
+    }
+
+    /// Packing is greedy in arrival order: a unit that does not fit its region's page starts
+    /// another, units of different regions never share a page, and a unit left alone takes the
+    /// read-modify-write. Payload `full` bytes come back exactly through every path.
+    #[test]
+    fn what_does_not_fit_starts_another_page_and_regions_pack_apart() {
+        let mut ftl = mv_ftl();
+        ftl.compaction_region_pages = 4;
+        let units = [0u32, 1, 2, 5, 6, 9];
+        let whole: Vec<(u32, u8, u128)> = units.iter().map(|&l| (l, 1, 0xff)).collect();
+        write_group(&mut ftl, &whole);
+        // Region 0: 0 and 1 hold four sectors each, which with the table do not fit one page,
+        // so 0's page closes with 0 alone (read-modify-write) and 1 and 2 share the next.
+        // Region 1: 5 and 6, a sector each. Region 2: 9 alone (read-modify-write).
+        let small = [
+            (0, 2, 0x0f),
+            (5, 2, 0x01),
+            (1, 2, 0xf0),
+            (9, 2, 0x10),
+            (2, 2, 0b0101_0100),
+            (6, 2, 0x80),
+        ];
+        write_group(&mut ftl, &small);
+        let c = ftl.counters();
+        assert_eq!((c.mv_compacted_pages, c.mv_compacted_units, c.rmw_reads), (2, 4, 2));
+        assert_eq!(ftl.l2p_get(1), ftl.l2p_get(2));
+        assert_eq!(ftl.l2p_get(5), ftl.l2p_get(6));
+        assert_ne!(ftl.l2p_get(1), ftl.l2p_get(5));
+        assert!(!ftl.chains.contains_key(&0) && !ftl.chains.contains_key(&9), "RMW: whole");
+        for &(lpn, v, p) in &small {
+            assert_eq!(read(&mut ftl, lpn, 0xff), expected(&[(1, 0xff), (v, p)], 0xff));
+        }
+        // A second compaction over the first: unit 1's newest version is a section again, over
+        // its compacted one; both sections serve a read.
+        write_group(&mut ftl, &[(1, 3, 0x01), (2, 3, 0x02)]);
+        assert_eq!(ftl.counters().mv_compacted_pages, 3);
+        assert_eq!(ftl.chains[&1].len(), 2);
+        let layers = [(1, 0xff), (2, 0xf0), (3, 0x01)];
+        assert_eq!(read(&mut ftl, 1, 0xff), expected(&layers, 0xff));
+        // 0 and 9 read-modify-written (one slot each); 1, 2, 5 and 6 keep their old versions;
+        // the three compacted pages are each one slot.
+        assert_eq!(valid_slots(&ftl), 2 + 4 + 3);
+    }
+
+    /// GC relocating a compacted page merges every unit still using a section of it (and only
+    /// those), so the page goes stale and the victim is erased with every unit's data intact;
+    /// recovery after a power loss rebuilds the same chains and shared pointers first.
+    #[test]
+    fn gc_merges_the_units_of_a_compacted_page_and_recovery_rebuilds_it() {
+        let mut ftl = mv_ftl();
+        write_group(&mut ftl, &[(1, 1, 0xff), (2, 1, 0xff), (3, 1, 0xff)]);
+        write_group(&mut ftl, &[(1, 2, 0x03), (2, 2, 0x0c), (3, 2, 0x30)]);
+        // Unit 3 is written whole again: the page keeps two users.
+        write(&mut ftl, 3, 3, 0xff);
+        let page = ftl.l2p_get(1).unwrap();
+        let victim = ftl.layout.split_ppa(page).0;
+        let per_line = ftl.layout.slots_per_line(false);
+        for lpn in 100..100 + per_line {
+            write(&mut ftl, lpn, 4, 0xff);
+        }
+        let want = |lpn: u32| match lpn {
+            1 => expected(&[(1, 0xff), (2, 0x03)], 0xff),
+            2 => expected(&[(1, 0xff), (2, 0x0c)], 0xff),
+            _ => expected(&[(3, 0xff)], 0xff),
+        };
+        let before = (ftl.chains.clone(), valid_slots(&ftl), ftl.counters().mv_chain_versions);
+        ftl.power_loss();
+        let idle = ftl.timer.busy_until() + 1;
+        ftl.recover(idle);
+        let after = (ftl.chains.clone(), valid_slots(&ftl), ftl.counters().mv_chain_versions);
+        assert_eq!(after, before, "recovery rebuilt the chains over the compacted page");
+        assert_eq!((ftl.l2p_get(1), ftl.l2p_get(2)), (Some(page), Some(page)));
+        for lpn in 1..=3 {
+            assert_eq!(read(&mut ftl, lpn, 0xff), want(lpn), "unit {lpn} after recovery");
+        }
+        assert_eq!(ftl.lines[victim as usize].state, LineState::Closed);
+        let merges = ftl.counters().mv_merges;
+        ftl.relocate_and_erase(ftl.timer.busy_until(), victim).unwrap();
+        assert_eq!(ftl.counters().mv_merges - merges, 2, "the page's two users merged");
+        assert_eq!(ftl.lines[victim as usize].state, LineState::Free);
+        assert!(ftl.chains.is_empty());
+        for lpn in 1..=3 {
+            assert_eq!(read(&mut ftl, lpn, 0xff), want(lpn), "unit {lpn} after GC");
+        }
     }
 }

@@ -8,6 +8,7 @@ use flashrig_blockdev::DevResult;
 
 use super::ftl::{IuWrite, Line, LineState, PageMap, Stream};
 use crate::config::GcPolicy;
+use crate::media::compacted::COMPACTED_LPN;
 use crate::media::store::FLAG_TRANSIENT;
 
 /// Chooses the line to collect among closed lines of one area.
@@ -129,7 +130,9 @@ impl PageMap {
 
     /// [`Self::relocate`] for MV-FTL: a slot of a unit with a version chain is not copied on
     /// its own; the unit's versions are read and merged into one whole unit, whose program
-    /// supersedes every version (in this line and elsewhere). The slots are taken up front, so
+    /// supersedes every version (in this line and elsewhere). A compacted page (§3.3) is not
+    /// copied either: each unit still using one of its sections is merged, and the page goes
+    /// stale with the last of them (docs/waflash.md says why it is not moved whole). The slots are taken up front, so
     /// each is checked again when its turn comes: an earlier merge (of this call, or of GC
     /// that the relocation stream's allocation ran) may have made it stale, and a unit
     /// already merged in the batch being gathered is skipped. Units are gathered until a
@@ -160,8 +163,23 @@ impl PageMap {
                 if !st.is_valid(s) || merged.iter().any(|w| w.lpn == lpn) {
                     continue;
                 }
-                if self.chains.contains_key(&lpn) {
-                    match self.read_merged(t_ns, lpn) {
+                // The units to merge: a chained unit's, or every unit still using a section
+                // of a compacted page (WAFLASH §3.3), which is never copied whole.
+                let users: Vec<u32> = if lpn == COMPACTED_LPN {
+                    let ppa = self.layout.ppa(victim, s);
+                    let table = st.compacted_of(s).map_or(&[][..], |c| &c.sections[..]);
+                    let lpns: Vec<u32> = table.iter().map(|x| x.lpn).collect();
+                    lpns.into_iter()
+                        .filter(|&u| self.uses(u, ppa) && !merged.iter().any(|w| w.lpn == u))
+                        .collect()
+                } else if self.chains.contains_key(&lpn) {
+                    vec![lpn]
+                } else {
+                    plain.push(s);
+                    Vec::new()
+                };
+                for u in users {
+                    match self.read_merged(t_ns, u) {
                         Ok((w, d)) => {
                             merged.push(w);
                             merged_done = merged_done.max(d);
@@ -171,8 +189,9 @@ impl PageMap {
                             break;
                         }
                     }
-                } else {
-                    plain.push(s);
+                }
+                if result.is_err() {
+                    break;
                 }
                 if plain.len() + merged.len() < per {
                     continue;

@@ -15,9 +15,15 @@
 //! first whole one; slots older than a trim of the unit are dead. A merge keeps the newest
 //! version's sequence number for the whole unit it writes, so at an equal sequence number a
 //! whole slot is newer than a partial one.
+//!
+//! A compacted page (WAFLASH §3.3; its OOB names [`COMPACTED_LPN`]) holds one partial version
+//! of each unit its table lists, with that unit's own sequence number: the scan and
+//! `rebuild_version_chains` read its table and treat each section as a partial slot of its
+//! unit, and the page is valid while any unit uses a section of it.
 
 use super::ftl::{LineState, PageMap, RecoveryStep};
-use crate::media::store::{FLAG_TRANSIENT, NO_LPN};
+use crate::media::compacted::COMPACTED_LPN;
+use crate::media::store::{LineStore, FLAG_TRANSIENT, NO_LPN};
 
 /// The recovery steps, in order.
 pub const STEPS: [&str; 6] = [
@@ -62,6 +68,7 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
     let mut best: rustc_hash::FxHashMap<u32, (u64, u32)> = Default::default();
     let mut partial_best: rustc_hash::FxHashSet<u32> = Default::default();
     let mut scanned = 0u64;
+    let mut compacted_pages = 0u64;
     let mut max_seq = 0u64;
     for (li, line) in ftl.lines.iter().enumerate() {
         let Some(st) = line.store.as_ref() else { continue };
@@ -71,26 +78,31 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
             if lpn == NO_LPN {
                 continue;
             }
-            let seq = st.seq[s as usize];
-            max_seq = max_seq.max(seq);
+            max_seq = max_seq.max(st.seq[s as usize]);
             let ppa = ftl.layout.ppa(li as u32, s);
-            let partial = st.partial_of(s).is_some();
-            match best.entry(lpn) {
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert((seq, ppa));
-                    if partial {
-                        partial_best.insert(lpn);
-                    }
-                }
-                std::collections::hash_map::Entry::Occupied(mut o) => {
-                    let e = o.get_mut();
-                    let whole_over_partial = seq == e.0 && !partial && partial_best.contains(&lpn);
-                    if seq > e.0 || whole_over_partial {
-                        *e = (seq, ppa);
+            if lpn == COMPACTED_LPN {
+                compacted_pages += 1;
+            }
+            for (lpn, seq, partial) in versions_in(st, s) {
+                max_seq = max_seq.max(seq);
+                match best.entry(lpn) {
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert((seq, ppa));
                         if partial {
                             partial_best.insert(lpn);
-                        } else if !partial_best.is_empty() {
-                            partial_best.remove(&lpn);
+                        }
+                    }
+                    std::collections::hash_map::Entry::Occupied(mut o) => {
+                        let e = o.get_mut();
+                        let whole_over_partial =
+                            seq == e.0 && !partial && partial_best.contains(&lpn);
+                        if seq > e.0 || whole_over_partial {
+                            *e = (seq, ppa);
+                            if partial {
+                                partial_best.insert(lpn);
+                            } else if !partial_best.is_empty() {
+                                partial_best.remove(&lpn);
+                            }
                         }
                     }
                 }
@@ -98,9 +110,16 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
         }
         max_seq = max_seq.max(line.closed_seq);
     }
+    // Compacted pages exist only in MV-FTL runs with compaction, so the Baseline's log reads
+    // as it always did.
+    let compacted_detail = if compacted_pages > 0 {
+        format!(" ({compacted_pages} compacted pages)")
+    } else {
+        String::new()
+    };
     log.push(RecoveryStep {
         name: STEPS[0],
-        detail: format!("{scanned} slots scanned, {} units found", best.len()),
+        detail: format!("{scanned} slots scanned{compacted_detail}, {} units found", best.len()),
     });
 
     // Step 2: a trim newer than the newest copy unmaps the unit.
@@ -136,11 +155,11 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
         for (li, line) in ftl.lines.iter().enumerate() {
             let Some(st) = line.store.as_ref() else { continue };
             for s in 0..line.wp {
-                let lpn = st.lpn[s as usize];
-                if let Some((tseq, v)) = chained.get_mut(&lpn) {
-                    let seq = st.seq[s as usize];
-                    if seq > *tseq {
-                        v.push((seq, st.partial_of(s).is_none(), ftl.layout.ppa(li as u32, s)));
+                for (lpn, seq, partial) in versions_in(st, s) {
+                    if let Some((tseq, v)) = chained.get_mut(&lpn) {
+                        if seq > *tseq {
+                            v.push((seq, !partial, ftl.layout.ppa(li as u32, s)));
+                        }
                     }
                 }
             }
@@ -340,13 +359,29 @@ pub(super) fn load_image(
     Ok(steps)
 }
 
+/// The versions of units the slot `s` of `st` holds, as (unit, sequence number, partial): one
+/// for a plain slot (none for padding), one per section for a compacted page, read from its
+/// table (WAFLASH §3.3's page header).
+fn versions_in(st: &LineStore, s: u32) -> impl Iterator<Item = (u32, u64, bool)> + '_ {
+    let lpn = st.lpn[s as usize];
+    let table = if lpn == COMPACTED_LPN { st.compacted_of(s) } else { None };
+    let plain = (lpn != NO_LPN && lpn != COMPACTED_LPN)
+        .then(|| (lpn, st.seq[s as usize], st.partial_of(s).is_some()));
+    let sections = table.into_iter().flat_map(|c| c.sections.iter().map(|x| (x.lpn, x.seq, true)));
+    plain.into_iter().chain(sections)
+}
+
 /// Counts the slot at `ppa` as holding a current version again: its line's valid bitmap and
-/// count, and the line's transient count when the slot was written transient.
+/// count, and the line's transient count when the slot was written transient. A compacted
+/// page counts once, however many units use it (its table counts them).
 fn mark_valid(ftl: &mut PageMap, ppa: u32) {
     let (l, s) = ftl.layout.split_ppa(ppa);
     let line = &mut ftl.lines[l as usize];
-    line.valid += 1;
     let st = line.store.as_mut().expect("a slot found by the scan has a store");
+    if st.acquire_compacted(s).is_some_and(|live| live > 1) {
+        return;
+    }
+    line.valid += 1;
     st.set_valid(s);
     if st.flags[s as usize] & FLAG_TRANSIENT != 0 {
         line.transient += 1;

@@ -1,6 +1,7 @@
 //! NAND media: where a mapping unit lives ([`layout`]), how long operations take on the
-//! channels and planes ([`timing`]), and what the pages hold ([`store`]).
+//! channels and planes ([`timing`]), and what the pages hold ([`store`]; WAFLASH's compacted pages: [`compacted`]).
 
+pub mod compacted;
 pub mod image;
 pub mod layout;
 pub mod store;

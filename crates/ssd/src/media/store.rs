@@ -2,6 +2,7 @@
 //! metadata) and its payload in the run's payload mode. Storage is allocated per line when
 //! the line is opened and freed when it is erased, so memory follows the data written.
 
+use super::compacted::Compacted;
 use crate::config::PayloadMode;
 
 /// The OOB logical number of a slot holding no data (padding, or never programmed).
@@ -123,6 +124,60 @@ impl IuImage {
         }
     }
 
+    /// The data part of the image (empty unless the payload mode is `full`).
+    pub(crate) fn data_mut(&mut self, s: &Shape) -> &mut [u8] {
+        &mut self.bytes[..s.data_len()]
+    }
+
+    /// Copies host block `i` of `src` into a compacted page (`super::compacted`): its data to
+    /// byte `data_offset`, its tag and metadata to those of packed block `j`.
+    pub(crate) fn copy_block_packed(
+        &mut self,
+        s: &Shape,
+        j: usize,
+        data_offset: usize,
+        src: &IuImage,
+        i: usize,
+    ) {
+        self.move_block(s, (j, data_offset), &src.bytes, (i, i * s.block_bytes));
+    }
+
+    /// The reverse of [`Self::copy_block_packed`]: host block `i` of this unit from packed
+    /// block `j` of the compacted page `page`, whose data is at byte `data_offset`.
+    pub(crate) fn copy_block_unpacked(
+        &mut self,
+        s: &Shape,
+        i: usize,
+        page: &IuImage,
+        j: usize,
+        data_offset: usize,
+    ) {
+        self.move_block(s, (i, i * s.block_bytes), &page.bytes, (j, data_offset));
+    }
+
+    /// Copies one block from `src` (block index and data offset `from`) to this image (`to`):
+    /// the data in mode `full`, the tag in mode `tag`, and the host metadata. Offsets past an
+    /// image's end copy nothing (a page that claims more than it holds reads as zeros).
+    fn move_block(&mut self, s: &Shape, to: (usize, usize), src: &[u8], from: (usize, usize)) {
+        let mut copy = |dst: usize, at: usize, n: usize| {
+            if let (Some(d), Some(f)) = (self.bytes.get_mut(dst..dst + n), src.get(at..at + n)) {
+                d.copy_from_slice(f);
+            }
+        };
+        match s.mode {
+            PayloadMode::Full => copy(to.1, from.1, s.block_bytes),
+            PayloadMode::Tag => copy(s.data_len() + 8 * to.0, s.data_len() + 8 * from.0, 8),
+            PayloadMode::None => return,
+        }
+        if s.md_len() > 0 {
+            copy(
+                s.md_offset() + to.0 * s.md_bytes,
+                s.md_offset() + from.0 * s.md_bytes,
+                s.md_bytes,
+            );
+        }
+    }
+
     /// Copies host block `i` from `other`.
     pub fn copy_block_from(&mut self, s: &Shape, i: usize, other: &IuImage) {
         let mut copy =
@@ -154,6 +209,10 @@ pub struct LineStore {
     /// because whole-unit slots (all of them outside MV-FTL) need none. A line's slots are
     /// programmed in order, so appending keeps it sorted.
     partial: Vec<(u32, u128)>,
+    /// The tables of WAFLASH's compacted pages (§3.3) in this line, as `(slot, table)` in slot
+    /// order: the page header recovery reads them from (`super::compacted`), sparse like
+    /// `partial`.
+    compacted: Vec<(u32, Compacted)>,
     shape: Shape,
 }
 
@@ -167,6 +226,7 @@ impl LineStore {
             flags: vec![0; n],
             images: vec![0; n * shape.image_len()],
             partial: Vec::new(),
+            compacted: Vec::new(),
             shape,
         }
     }
@@ -204,6 +264,46 @@ impl LineStore {
         self.partial.binary_search_by_key(&slot, |&(s, _)| s).ok().map(|i| self.partial[i].1)
     }
 
+    /// Records that `slot` holds the compacted page `table` (its slot is programmed in order,
+    /// so past every recorded one).
+    pub fn set_compacted(&mut self, slot: u32, table: Compacted) {
+        debug_assert!(self.compacted.last().is_none_or(|(s, _)| *s < slot), "slots out of order");
+        self.compacted.push((slot, table));
+    }
+
+    /// The table of `slot` when it holds a compacted page.
+    pub fn compacted_of(&self, slot: u32) -> Option<&Compacted> {
+        if self.compacted.is_empty() {
+            return None;
+        }
+        let i = self.compacted.binary_search_by_key(&slot, |(s, _)| *s).ok()?;
+        Some(&self.compacted[i].1)
+    }
+
+    fn compacted_mut(&mut self, slot: u32) -> Option<&mut Compacted> {
+        if self.compacted.is_empty() {
+            return None;
+        }
+        let i = self.compacted.binary_search_by_key(&slot, |(s, _)| *s).ok()?;
+        Some(&mut self.compacted[i].1)
+    }
+
+    /// One unit stops using its section of the compacted page in `slot`: returns the units
+    /// still using one, or `None` when `slot` is not a compacted page.
+    pub fn release_compacted(&mut self, slot: u32) -> Option<u32> {
+        let c = self.compacted_mut(slot)?;
+        c.live = c.live.saturating_sub(1);
+        Some(c.live)
+    }
+
+    /// One more unit uses its section of the compacted page in `slot` (recovery): returns the
+    /// units using one now, or `None` when `slot` is not a compacted page.
+    pub fn acquire_compacted(&mut self, slot: u32) -> Option<u32> {
+        let c = self.compacted_mut(slot)?;
+        c.live += 1;
+        Some(c.live)
+    }
+
     /// Whether `slot` holds the current version (or, in MV-FTL, a live older version) of its
     /// unit.
     pub fn is_valid(&self, slot: u32) -> bool {
@@ -225,6 +325,7 @@ impl LineStore {
     /// Forgets which slots are valid (power loss).
     pub fn clear_all_valid(&mut self) {
         self.bits.iter_mut().step_by(2).for_each(|w| *w = 0);
+        self.compacted.iter_mut().for_each(|(_, c)| c.live = 0);
     }
 
     /// The valid slots, in order.
