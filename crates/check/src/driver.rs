@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use flashrig_blockdev::{DevRef, WriteHints};
-use flashrig_runtime::{num_reactors, sleep_ns, spawn, spawn_on, JoinHandle, RemoteHandle};
+use flashrig_runtime::{now_ns, num_reactors, sleep_ns, spawn, spawn_on, JoinHandle, RemoteHandle};
 use parking_lot::Mutex;
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -47,6 +47,11 @@ pub struct CheckConfig {
     pub fua_percent: u8,
     /// Run the in-flight slots on every reactor (round robin) instead of the caller's.
     pub spread_over_reactors: bool,
+    /// Every this many commands (0: never), no slot issues anything for `pause_ns`, so the
+    /// device has idle time (what an SSD's idle-time work, such as merging versions or
+    /// background GC, needs; a closed loop never leaves any).
+    pub pause_every_ops: u64,
+    pub pause_ns: u64,
 }
 
 impl Default for CheckConfig {
@@ -62,6 +67,8 @@ impl Default for CheckConfig {
             md_percent: 50,
             fua_percent: 5,
             spread_over_reactors: false,
+            pause_every_ops: 0,
+            pause_ns: 0,
         }
     }
 }
@@ -144,6 +151,8 @@ struct State {
     /// The first failure, and whether it was wrong data (not a failed command).
     failure: Option<(String, bool)>,
     report: CheckReport,
+    /// No slot issues a command before this time ([`CheckConfig::pause_every_ops`]).
+    paused_until_ns: u64,
 }
 
 struct Geometry {
@@ -241,6 +250,7 @@ pub async fn run_ops(
         in_flight: Vec::new(),
         failure: None,
         report: CheckReport::default(),
+        paused_until_ns: 0,
     }));
     enum Slot {
         Local(JoinHandle<()>),
@@ -274,6 +284,11 @@ pub async fn run_ops(
 
 async fn slot(dev: DevRef, state: Arc<Mutex<State>>, g: Arc<Geometry>, cfg: CheckConfig) {
     loop {
+        let paused_until = state.lock().paused_until_ns;
+        if paused_until > now_ns() {
+            sleep_ns(paused_until - now_ns()).await;
+            continue;
+        }
         let picked = {
             let mut st = state.lock();
             if st.failure.is_some() || st.issued >= cfg.ops {
@@ -282,6 +297,9 @@ async fn slot(dev: DevRef, state: Arc<Mutex<State>>, g: Arc<Geometry>, cfg: Chec
             match st.pick(&cfg, &g) {
                 Ok(op) => {
                     st.issued += 1;
+                    if cfg.pause_every_ops > 0 && st.issued % cfg.pause_every_ops == 0 {
+                        st.paused_until_ns = now_ns() + cfg.pause_ns;
+                    }
                     if let Some(r) = op.range() {
                         st.in_flight.push(r);
                     }

@@ -53,6 +53,10 @@ fn check(
             span_blocks: Some(info.num_blocks),
             weights: OpWeights { read: 25, write: 65, trim: 5, flush: 5 },
             spread_over_reactors: reactors > 1,
+            // Idle time now and then (2 ms every 500 commands), for the firmware's idle-time
+            // work: MV-FTL merges versions in the gaps the device is idle in.
+            pause_every_ops: 500,
+            pause_ns: 2_000_000,
             ..CheckConfig::default()
         };
         let r = run_check(dev.clone(), model, &check).await;

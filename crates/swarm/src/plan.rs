@@ -159,6 +159,9 @@ pub fn draw(seed: u64, limits: &Limits) -> Result<Plan, String> {
         md_percent: pick(&mut rng, &[0, 50, 100]),
         fua_percent: pick(&mut rng, &[0, 0, 5, 20]),
         spread_over_reactors: reactors > 1,
+        // No idle pauses: the plans (and their seeds) stay as they were.
+        pause_every_ops: 0,
+        pause_ns: 0,
     };
     let n_rounds = between(&mut rng, 1, 4) as usize;
     let n_rounds = limits.rounds.map_or(n_rounds, |r| n_rounds.min(r.max(1)));
