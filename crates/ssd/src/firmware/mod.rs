@@ -303,37 +303,30 @@ impl Controller {
     /// Moves up to `n` victims of the replacement policy into the write-back group, chosen
     /// with the chips as they are at `t`.
     fn take_victims(&mut self, t: u64, n: usize) -> usize {
-        let mut taken = 0;
-        while let Some(e) = self.next_victim(taken, n, Some(t)) {
-            self.left_buffer(&e);
-            self.group.push(e);
-            taken += 1;
-        }
-        taken
+        self.take_group(n, Some(t))
     }
 
     /// Victims for a flush or a power loss: every unit goes, so the order is the stack's.
     fn take_victims_in_order(&mut self, n: usize) -> usize {
+        self.take_group(n, None)
+    }
+
+    /// Moves up to `n` victims into the write-back group, with the chips as they are at `t`
+    /// (idle chips without one), and then any batch-mates the policy still holds, so a batch
+    /// reaches the FTL in one group (WAFLASH §3.3). Returns how many were moved.
+    fn take_group(&mut self, n: usize, t: Option<u64>) -> usize {
         let mut taken = 0;
-        while let Some(e) = self.next_victim(taken, n, None) {
+        while taken < n || self.buffer.batch_pending() > 0 {
+            let victim = match t {
+                Some(t_ns) => self.buffer.pop_victim(&FlashChips { ftl: self.ftl.as_ref(), t_ns }),
+                None => self.buffer.pop_victim(&IdleChips),
+            };
+            let Some(e) = victim else { break };
             self.left_buffer(&e);
             self.group.push(e);
             taken += 1;
         }
         taken
-    }
-
-    /// The next victim for a write-back group that has `taken` of the `n` it wants, with the
-    /// chips as they are at `t` (idle chips without one): none once `n` are taken, unless the
-    /// policy still holds batch-mates of a victim, which join the same group (WAFLASH §3.3).
-    fn next_victim(&mut self, taken: usize, n: usize, t: Option<u64>) -> Option<BufEntry> {
-        if taken >= n && self.buffer.batch_pending() == 0 {
-            return None;
-        }
-        match t {
-            Some(t_ns) => self.buffer.pop_victim(&FlashChips { ftl: self.ftl.as_ref(), t_ns }),
-            None => self.buffer.pop_victim(&IdleChips),
-        }
     }
 
     /// Keeps the partial-unit gauge as an entry leaves the buffer.

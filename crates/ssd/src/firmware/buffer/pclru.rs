@@ -321,8 +321,9 @@ impl PcLru {
     /// pages passed over (a run from the bottom up to it) are cut out and re-inserted ACD
     /// entries above the bottom, keeping their order.
     fn pass_partial_pages(&mut self) -> Option<BufEntry> {
-        // The scan starts above the known bottom run; the pages it passes join the run's
-        // nodes in the passed run, under one new epoch.
+        // The scan starts above the known bottom run, all of which is passed over; the pages
+        // it passes besides get a new epoch, so the whole passed run can become the bottom
+        // run again after the re-insertion.
         let passed_epoch = self.run.next_epoch();
         let (mut passed, mut top, mut i) = if self.run.len > 0 {
             (self.run.len, self.run.top, self.list.prev(self.run.top))
