@@ -189,6 +189,10 @@ impl Ssd {
         let ps = st.ctl.buffer_stats();
         set("buffer_delayed_partial", ps.delayed_partial);
         set("buffer_pcd_samples", ps.pcd_samples);
+        // Only runs that batch-destage publish this, so other results keep their counters.
+        if let Some(batched) = ps.batch_destaged {
+            set("buffer_batch_destaged", batched);
+        }
         set("power_losses", c.power_losses);
         let cv = &st.ctl.engine.counters;
         set("convert_cmds", cv.cmds);

@@ -24,7 +24,7 @@ use flashrig_blockdev::{DevResult, WriteHints};
 use self::buffer::{BufEntry, ChipView, IdleChips, Lru, WriteBuffer};
 use self::ftl::{Ftl, IuWrite, PageMap, RecoveryStep};
 use self::hostif::{HostIf, Times};
-use crate::config::{BufferPolicy, SsdConfig};
+use crate::config::{BufferPolicy, FtlPolicy, SsdConfig};
 use crate::media::store::{IuImage, Shape, FLAG_TRANSIENT};
 use crate::media::Layout;
 
@@ -134,7 +134,17 @@ impl Controller {
         let full = mask(0, layout.blocks_per_iu);
         let buffer: Box<dyn WriteBuffer> = match f.buffer_policy {
             BufferPolicy::Lru => Box::new(Lru::new(buffer_cap)),
-            BufferPolicy::PcLru => Box::new(buffer::pclru::PcLru::new(buffer_cap, full)),
+            BufferPolicy::PcLru => {
+                // §3.3's batch destaging feeds MV-FTL's compaction, so it is on only when the
+                // FTL compacts.
+                let batch = (f.ftl_policy == FtlPolicy::Mv && f.compaction_region_pages > 0)
+                    .then_some(buffer::pclru::BatchDestage {
+                        region_pages: f.compaction_region_pages,
+                        block_bytes: f.block_bytes,
+                        unit_bytes: f.iu_bytes,
+                    });
+                Box::new(buffer::pclru::PcLru::new(buffer_cap, full, batch))
+            }
             BufferPolicy::Mca => Box::new(buffer::mca::Mca::new(buffer_cap, full)),
         };
         let mut ftl: Box<dyn Ftl> = Box::new(PageMap::new(cfg, layout.clone(), shape));
@@ -293,25 +303,30 @@ impl Controller {
     /// Moves up to `n` victims of the replacement policy into the write-back group, chosen
     /// with the chips as they are at `t`.
     fn take_victims(&mut self, t: u64, n: usize) -> usize {
-        let n = n.min(self.buffer.len());
-        for _ in 0..n {
-            let chips = FlashChips { ftl: self.ftl.as_ref(), t_ns: t };
-            let e = self.buffer.pop_victim(&chips).expect("buffer holds n entries");
-            self.left_buffer(&e);
-            self.group.push(e);
-        }
-        n
+        self.take_group(n, Some(t))
     }
 
     /// Victims for a flush or a power loss: every unit goes, so the order is the stack's.
     fn take_victims_in_order(&mut self, n: usize) -> usize {
-        let n = n.min(self.buffer.len());
-        for _ in 0..n {
-            let e = self.buffer.pop_victim(&IdleChips).expect("buffer holds n entries");
+        self.take_group(n, None)
+    }
+
+    /// Moves up to `n` victims into the write-back group, with the chips as they are at `t`
+    /// (idle chips without one), and then any batch-mates the policy still holds, so a batch
+    /// reaches the FTL in one group (WAFLASH §3.3). Returns how many were moved.
+    fn take_group(&mut self, n: usize, t: Option<u64>) -> usize {
+        let mut taken = 0;
+        while taken < n || self.buffer.batch_pending() > 0 {
+            let victim = match t {
+                Some(t_ns) => self.buffer.pop_victim(&FlashChips { ftl: self.ftl.as_ref(), t_ns }),
+                None => self.buffer.pop_victim(&IdleChips),
+            };
+            let Some(e) = victim else { break };
             self.left_buffer(&e);
             self.group.push(e);
+            taken += 1;
         }
-        n
+        taken
     }
 
     /// Keeps the partial-unit gauge as an entry leaves the buffer.

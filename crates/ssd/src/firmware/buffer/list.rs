@@ -69,6 +69,11 @@ impl LruList {
         self.links[i as usize].prev
     }
 
+    /// The node below `i` (towards the tail), or NIL.
+    pub(super) fn next(&self, i: u32) -> u32 {
+        self.links[i as usize].next
+    }
+
     /// Sets the link from `a` down to `b` (either may be NIL: then the head or tail moves).
     fn join(&mut self, a: u32, b: u32) {
         if a == NIL {

@@ -25,6 +25,10 @@ macro_rules! stack_lookups {
             Some(self.list.entry_mut(i))
         }
 
+        stack_lookups!(peek and len);
+    };
+    // The look-ups that do not move anything, for a policy with its own `touch`.
+    (peek and len) => {
         fn peek(&self, lpn: u32) -> Option<&BufEntry> {
             self.list.slot(lpn).map(|i| self.list.entry(i))
         }
@@ -33,7 +37,7 @@ macro_rules! stack_lookups {
             self.list.len()
         }
     };
-    // The same, with insert and remove that keep no state beside the stack.
+    // Every look-up, with insert and remove that keep no state beside the stack.
     (plain insert and remove) => {
         stack_lookups!();
 
@@ -100,6 +104,9 @@ pub struct PolicyStats {
     /// average conversion distance (PC-LRU only).
     pub pcd_samples: u64,
     pub acd: f64,
+    /// Pages destaged as batch-mates of a small partial victim (PC-LRU with §3.3's batch
+    /// destaging; `None` when batching is off, so the counter is published only in its runs).
+    pub batch_destaged: Option<u64>,
 }
 
 /// A replacement policy over buffered units.
@@ -122,6 +129,11 @@ pub trait WriteBuffer: Send {
     fn wrote(&mut self, _lpn: u32, _was_partial: bool) {}
     fn stats(&self) -> PolicyStats {
         PolicyStats::default()
+    }
+    /// Batch-mates chosen with the last victim and not yet taken: the controller keeps
+    /// taking victims until none is left, so a batch reaches the FTL in one write-back group.
+    fn batch_pending(&self) -> usize {
+        0
     }
     /// Takes out every entry, in write-back order with idle chips.
     fn drain(&mut self) -> Vec<BufEntry> {
