@@ -787,6 +787,17 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                         rate / base
                     );
                 }
+                let runs = flashrig::ssdlab::bench_firmware_on_trace(quick)?;
+                let base_s = runs[0].2;
+                for (firmware, ios, secs) in &runs {
+                    println!(
+                        "ssd-firmware-trace-{firmware}: micron-waflash, the MSNFS stand-in \
+                         replayed open-loop (reproduce waflash's run): {ios} host I/Os in \
+                         {secs:.3} s = {:.2} M host I/Os per wall-second, {:.2}x baseline",
+                        *ios as f64 / secs / 1e6,
+                        base_s / secs
+                    );
+                }
                 if !quick {
                     let (cap, rss, secs) = flashrig::ssdlab::bench_tag_memory("scalaafa-femu");
                     println!(

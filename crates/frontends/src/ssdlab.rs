@@ -411,6 +411,41 @@ pub fn bench_buffer_policies(quick: bool) -> Result<Vec<(&'static str, u64, f64)
     Ok(out)
 }
 
+/// Simulation speed of the Baseline firmware (LRU over the page-level FTL) and of WAFLASH's
+/// (PC-LRU with batch destaging over MV-FTL with compaction) on the same trace: the MSNFS
+/// stand-in of `flashrig reproduce waflash` (crates/trace `waflash`), replayed open-loop on
+/// `micron-waflash` with a sixteenth of its blocks after `precondition.trace_reads`, as the
+/// reproduction runs it. Both serve the same host I/Os, so their wall times compare directly.
+/// Returns (label, host I/Os, wall seconds).
+pub fn bench_firmware_on_trace(quick: bool) -> Result<Vec<(&'static str, u64, f64)>, crate::Error> {
+    use flashrig_trace::waflash;
+    let requests = if quick { 30_000 } else { 120_000 };
+    let row = waflash::row("MSNFS").expect("the MSNFS stand-in");
+    let reqs = waflash::stand_in(row, requests, 8 << 30, 1);
+    let dir = std::env::temp_dir().join(format!("flashrig-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| crate::Error::Io(format!("cannot create {}: {e}", dir.display())))?;
+    let trace = dir.join("msnfs-standin.csv");
+    crate::tracecmd::write_trace(&reqs, &trace, "msr")?;
+    let mut out = Vec::new();
+    for (label, policy, ftl) in [("baseline", "lru", "page"), ("waflash", "pc-lru", "mv")] {
+        let text = format!(
+            "seed = 1\nruntime = \"sim\"\n[device]\ntype = \"ssd\"\npreset = \"micron-waflash\"\n\
+             payload = \"none\"\n[device.geometry]\nblocks_per_plane = 256\n\
+             [device.firmware]\nbuffer_policy = \"{policy}\"\nftl_policy = \"{ftl}\"\n\
+             [replay]\ntrace = {:?}\nformat = \"msr\"\nmode = \"open\"\n\
+             [precondition]\ntrace_reads = true\n",
+            trace.display().to_string()
+        );
+        let cfg = crate::config::Config::from_toml(&text, std::path::Path::new("<bench>"))?;
+        let t = Instant::now();
+        let run = crate::run::run(&cfg)?;
+        out.push((label, run.summary.ios, t.elapsed().as_secs_f64()));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

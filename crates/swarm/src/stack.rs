@@ -216,6 +216,9 @@ pub fn catalogue() -> Vec<StackSpec> {
     add("ssd:512:pc-lru", Ssd(SsdVariant::Unaligned(BufferPolicy::PcLru, FtlPolicy::Page)));
     add("ssd:512:mca", Ssd(SsdVariant::Unaligned(BufferPolicy::Mca, FtlPolicy::Page)));
     add("ssd:512:mv", Ssd(SsdVariant::Unaligned(BufferPolicy::Lru, FtlPolicy::Mv)));
+    // WAFLASH itself: PC-LRU destages a region's small partial pages together and MV-FTL
+    // packs them into compacted pages (§3.3), so compacted pages are live when a cut hits.
+    add("ssd:512:waflash", Ssd(SsdVariant::Unaligned(BufferPolicy::PcLru, FtlPolicy::Mv)));
     add("ssd:plp", Ssd(SsdVariant::Plp));
     add("ssd:image", Ssd(SsdVariant::Image));
     add("stripe:3", Stripe { members: 3 });

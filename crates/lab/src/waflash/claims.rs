@@ -243,11 +243,11 @@ pub(super) fn figs10_13() -> Vec<Claim<Key>> {
         EXTRA_READS,
     ));
     v.extend(range(
-        "Fig. 13: flash page writes, MV-FTL with compaction / without",
+        "Fig. 13: flash page writes, WAFLASH with compaction / without",
         (12.0, 7.0),
         "§5.2.2: \"Partial page compaction decreases 7-12% write operations to flash memory for \
          all the workloads\"",
-        pairs(Sys::MvFtl, Sys::MvNoCompaction, PAGE_KIB, all_traces),
+        pairs(Sys::Waflash, Sys::WaflashNoCompaction, PAGE_KIB, all_traces),
         Metric::FlashPrograms,
     ));
     v

@@ -114,8 +114,8 @@ pub(super) fn keys(mode: Mode) -> Vec<Key> {
                 v.push(Key::new(s, Workload::Trace(t), page));
             }
         }
-        // Fig. 13: MV-FTL without compaction; Fig. 14: MCA.
-        v.push(Key::new(Sys::MvNoCompaction, Workload::Trace(t), PAGE_KIB));
+        // Fig. 13: WAFLASH without compaction; Fig. 14: MCA.
+        v.push(Key::new(Sys::WaflashNoCompaction, Workload::Trace(t), PAGE_KIB));
         v.push(Key::new(Sys::Mca, Workload::Trace(t), PAGE_KIB));
         // Fig. 15: Baseline and PC-LRU over the buffer sizes.
         for &b in buffer_mibs(mode) {

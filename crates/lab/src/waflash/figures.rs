@@ -86,10 +86,10 @@ fn setup(out: &mut String, r: &Results<Key>, mode: Mode) {
         "| system | write buffer | FTL | paper |\n|---|---|---|---|\n\
          | Baseline | LRU, read-modify-write of partial pages | page-level | §5.2.1 |\n\
          | PC-LRU | PC-LRU | page-level | §3.1 |\n\
-         | MV-FTL | LRU | MV-FTL with compaction | §3.2, §3.3 |\n\
+         | MV-FTL | LRU | MV-FTL with compaction (LRU destages no batches, so it rarely has two small partial pages of a region to pack) | §3.2, §3.3 |\n\
          | WAFLASH | PC-LRU (with batch destaging) | MV-FTL with compaction | §3 |\n\
          | MCA | MCA | page-level | §5.3, its [52] |\n\
-         | MV-FTL-nocompact | LRU | MV-FTL without compaction | Fig. 13's comparison |\n\n\
+         | WAFLASH-nocompact | PC-LRU | MV-FTL without compaction | Fig. 13's comparison |\n\n\
          docs/waflash.md describes each policy and what flashrig chose where the paper is \
          silent.\n"
     );
@@ -294,13 +294,13 @@ fn figs10_13(out: &mut String, r: &Results<Key>, plots: &mut Plots) -> Result<()
         out,
         "Ours, per trace: the time-mean share of partial pages in the buffer (Fig. 10), partial \
          pages written to flash (Fig. 11), additional reads (Fig. 12: update reads plus MV-FTL's \
-         reads of older versions) and flash page writes (Fig. 13), with MV-FTL's compacted \
+         reads of older versions) and flash page writes (Fig. 13), with WAFLASH's compacted \
          pages.\n"
     );
     let _ = writeln!(
         out,
         "| trace | partial share B / PC-LRU | partial writes B / PC-LRU | additional reads B / \
-         MV-FTL | flash writes MV-FTL / no compaction | compacted pages |\n|---|---|---|---|---|---|"
+         MV-FTL | flash writes WAFLASH / without compaction | WAFLASH's compacted pages |\n|---|---|---|---|---|---|"
     );
     for t in traces() {
         let k = |s| at8(s, t);
@@ -313,9 +313,9 @@ fn figs10_13(out: &mut String, r: &Results<Key>, plots: &mut Plots) -> Result<()
             r.cell(&k(Sys::PcLru), Metric::Ssd("partial_writebacks")),
             r.cell(&k(Sys::Baseline), reads),
             r.cell(&k(Sys::MvFtl), reads),
-            r.cell(&k(Sys::MvFtl), Metric::FlashPrograms),
-            r.cell(&k(Sys::MvNoCompaction), Metric::FlashPrograms),
-            r.cell(&k(Sys::MvFtl), Metric::Ssd("mv_compacted_pages")),
+            r.cell(&k(Sys::Waflash), Metric::FlashPrograms),
+            r.cell(&k(Sys::WaflashNoCompaction), Metric::FlashPrograms),
+            r.cell(&k(Sys::Waflash), Metric::Ssd("mv_compacted_pages")),
         );
     }
     out.push('\n');

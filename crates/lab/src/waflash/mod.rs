@@ -40,8 +40,10 @@ pub(super) enum Sys {
     Waflash,
     /// §5.3's state of the art, over the page-level FTL.
     Mca,
-    /// MV-FTL without §3.3's compaction (Fig. 13's comparison).
-    MvNoCompaction,
+    /// WAFLASH without §3.3's compaction (Fig. 13's comparison: compaction needs PC-LRU's
+    /// batch destaging to hand MV-FTL a region's small partial pages together, so its effect
+    /// is WAFLASH's with and without it).
+    WaflashNoCompaction,
 }
 
 impl Sys {
@@ -52,7 +54,7 @@ impl Sys {
             Sys::MvFtl => "MV-FTL",
             Sys::Waflash => "WAFLASH",
             Sys::Mca => "MCA",
-            Sys::MvNoCompaction => "MV-FTL-nocompact",
+            Sys::WaflashNoCompaction => "WAFLASH-nocompact",
         }
     }
     /// (`buffer_policy`, `ftl_policy`, `compaction_region_pages` when not the default).
@@ -63,7 +65,7 @@ impl Sys {
             Sys::MvFtl => ("lru", "mv", None),
             Sys::Waflash => ("pc-lru", "mv", None),
             Sys::Mca => ("mca", "page", None),
-            Sys::MvNoCompaction => ("lru", "mv", Some(0)),
+            Sys::WaflashNoCompaction => ("pc-lru", "mv", Some(0)),
         }
     }
 }
