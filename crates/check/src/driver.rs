@@ -297,7 +297,7 @@ async fn slot(dev: DevRef, state: Arc<Mutex<State>>, g: Arc<Geometry>, cfg: Chec
             match st.pick(&cfg, &g) {
                 Ok(op) => {
                     st.issued += 1;
-                    if cfg.pause_every_ops > 0 && st.issued % cfg.pause_every_ops == 0 {
+                    if cfg.pause_every_ops > 0 && st.issued.is_multiple_of(cfg.pause_every_ops) {
                         st.paused_until_ns = now_ns() + cfg.pause_ns;
                     }
                     if let Some(r) = op.range() {

@@ -499,6 +499,15 @@ fn render_ssd_layers(layer: &flashrig_metrics::LayerSnapshot, out: &mut String) 
                     c("mv_extra_reads"),
                     c("mv_merges")
                 ));
+                if c("mv_compacted_pages") > 0 || c("buffer_batch_destaged") > 0 {
+                    // §3.3: PC-LRU's batches and the compacted pages MV-FTL packed them into.
+                    acd.get_or_insert_with(String::new).push_str(&format!(
+                        ", {} compacted pages holding {} units ({} batch-mates destaged)",
+                        c("mv_compacted_pages"),
+                        c("mv_compacted_units"),
+                        c("buffer_batch_destaged")
+                    ));
+                }
             }
             out.push_str(&format!(
                 "    partial pages: {} written back, {} update reads, {} filled in the buffer, \

@@ -288,6 +288,21 @@ fn mv_ftl_compaction_under_every_buffer_policy_at_4_to_16_kib_pages() {
     assert!(idle_merges > 0, "no merge in idle time");
 }
 
+/// `mv_idle_merge = false` (the bracket `flashrig reproduce waflash` runs Fig. 13 with):
+/// MV-FTL merges nothing in idle time, yet GC still merges chains, and the data stays exact.
+#[test]
+fn mv_ftl_without_idle_merging_merges_only_in_gc() {
+    for seed in seeds(95, 1) {
+        let mut cfg = waflash_ssd_with_units(8, 8, "pc-lru", "mv");
+        cfg.firmware.mv_idle_merge = false;
+        let what = format!("mv without idle merging, seed {seed}");
+        let c = check(RuntimeKind::Sim, 1, cfg, 30_000, seed);
+        assert_gc_ran(&c, &what);
+        assert_eq!(c["mv_idle_merges"], 0, "{what}");
+        assert!(c["mv_merges"] > 0, "{what}: GC merged nothing");
+    }
+}
+
 /// Compaction with payload `tag`: a compacted page keeps each packed block's fingerprint at
 /// its packed index rather than the data bytes, and reads must still hand back each block's.
 #[test]

@@ -65,8 +65,7 @@ fn preset(page_kib: u32, tlc: bool) -> &'static str {
 
 /// A run's configuration as TOML.
 pub(super) fn config_text(key: &Key, trace: &Path, duration_ns: u64) -> String {
-    let (buffer, ftl, region) = key.system.firmware();
-    let region = region.map_or(String::new(), |r| format!("compaction_region_pages = {r}\n"));
+    let (buffer, ftl, extra) = key.system.firmware();
     let series_ms = (duration_ns / SERIES_SAMPLES / 1_000_000).max(1);
     format!(
         "# flashrig reproduce waflash: {label}\n\
@@ -81,7 +80,7 @@ pub(super) fn config_text(key: &Key, trace: &Path, duration_ns: u64) -> String {
          [device.firmware]\n\
          buffer_policy = \"{buffer}\"\n\
          ftl_policy = \"{ftl}\"\n\
-         {region}\
+         {extra}\
          buffer_bytes = {buffer_bytes}\n\n\
          [replay]\n\
          trace = {trace:?}\n\
@@ -115,7 +114,11 @@ pub(super) fn keys(mode: Mode) -> Vec<Key> {
             }
         }
         // Fig. 13: WAFLASH without compaction; Fig. 14: MCA.
-        v.push(Key::new(Sys::WaflashNoCompaction, Workload::Trace(t), PAGE_KIB));
+        for s in
+            [Sys::WaflashNoCompaction, Sys::WaflashNoIdleMerge, Sys::WaflashNoCompactionNoIdleMerge]
+        {
+            v.push(Key::new(s, Workload::Trace(t), PAGE_KIB));
+        }
         v.push(Key::new(Sys::Mca, Workload::Trace(t), PAGE_KIB));
         // Fig. 15: Baseline and PC-LRU over the buffer sizes.
         for &b in buffer_mibs(mode) {

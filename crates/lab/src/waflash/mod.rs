@@ -44,6 +44,12 @@ pub(super) enum Sys {
     /// batch destaging to hand MV-FTL a region's small partial pages together, so its effect
     /// is WAFLASH's with and without it).
     WaflashNoCompaction,
+    /// WAFLASH and WAFLASH without compaction, with no merging in idle time
+    /// (`mv_idle_merge = false`): the paper does not say how eagerly MV-FTL merges when the
+    /// device is idle, and every idle merge rewrites a compacted unit, so Fig. 13 is run both
+    /// ways as a bracket.
+    WaflashNoIdleMerge,
+    WaflashNoCompactionNoIdleMerge,
 }
 
 impl Sys {
@@ -55,17 +61,25 @@ impl Sys {
             Sys::Waflash => "WAFLASH",
             Sys::Mca => "MCA",
             Sys::WaflashNoCompaction => "WAFLASH-nocompact",
+            Sys::WaflashNoIdleMerge => "WAFLASH-noidlemerge",
+            Sys::WaflashNoCompactionNoIdleMerge => "WAFLASH-nocompact-noidlemerge",
         }
     }
-    /// (`buffer_policy`, `ftl_policy`, `compaction_region_pages` when not the default).
-    fn firmware(self) -> (&'static str, &'static str, Option<u32>) {
+    /// (`buffer_policy`, `ftl_policy`, further `[device.firmware]` lines).
+    fn firmware(self) -> (&'static str, &'static str, &'static str) {
+        const NO_COMPACTION: &str = "compaction_region_pages = 0\n";
+        const NO_IDLE_MERGE: &str = "mv_idle_merge = false\n";
         match self {
-            Sys::Baseline => ("lru", "page", None),
-            Sys::PcLru => ("pc-lru", "page", None),
-            Sys::MvFtl => ("lru", "mv", None),
-            Sys::Waflash => ("pc-lru", "mv", None),
-            Sys::Mca => ("mca", "page", None),
-            Sys::WaflashNoCompaction => ("pc-lru", "mv", Some(0)),
+            Sys::Baseline => ("lru", "page", ""),
+            Sys::PcLru => ("pc-lru", "page", ""),
+            Sys::MvFtl => ("lru", "mv", ""),
+            Sys::Waflash => ("pc-lru", "mv", ""),
+            Sys::Mca => ("mca", "page", ""),
+            Sys::WaflashNoCompaction => ("pc-lru", "mv", NO_COMPACTION),
+            Sys::WaflashNoIdleMerge => ("pc-lru", "mv", NO_IDLE_MERGE),
+            Sys::WaflashNoCompactionNoIdleMerge => {
+                ("pc-lru", "mv", "compaction_region_pages = 0\nmv_idle_merge = false\n")
+            }
         }
     }
 }

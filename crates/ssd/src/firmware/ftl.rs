@@ -253,6 +253,8 @@ pub struct PageMap {
     /// MV-FTL compaction (WAFLASH §3.3): the region, in logical units, whose small partial
     /// units one program call packs together; 0 turns compaction off.
     compaction_region_pages: u32,
+    /// MV-FTL merges chains in idle time (`firmware.mv_idle_merge`).
+    mv_idle_merge: bool,
     /// Compacted pages of the program call in progress, by the sequence number of the slot
     /// that carries each through `program_stream` (their tables cannot ride in an [`IuWrite`]).
     pending_compacted: Vec<(u64, Compacted)>,
@@ -313,6 +315,7 @@ impl PageMap {
             } else {
                 0
             },
+            mv_idle_merge: f.mv_idle_merge,
             pending_compacted: Vec::new(),
             layout,
             shape,
@@ -1077,7 +1080,7 @@ impl Ftl for PageMap {
         self.evict_in_idle_time(t_ns)?;
         // MV-FTL's merges fill the idle gap before `t_ns`; background GC starts at `t_ns`
         // (it always has), so it goes after them or it would leave them no idle time.
-        if self.mv && !self.chains.is_empty() && self.timer.idle_at(t_ns) {
+        if self.mv && self.mv_idle_merge && !self.chains.is_empty() && self.timer.idle_at(t_ns) {
             self.merge_in_idle_time(t_ns)?;
         }
         if self.free_dense.len() as u32 <= self.gc_bg_free && self.timer.idle_at(t_ns) {
