@@ -21,15 +21,24 @@ pub fn busiest(run: &Run) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Whether a run's stack charged host CPU on its reactors (an engine's cost model did; an SSD
+/// alone charges none, and "device-bound (busiest reactor 0%)" would say nothing about it).
+fn has_reactors(run: &Run) -> bool {
+    busiest(run) > 0.0
+}
+
 /// What bounded one run, as one line: the top layer's name, then the findings.
 pub fn diagnose(run: &Run) -> String {
     let busy = busiest(run);
     let l = &run.result.layers;
-    let mut parts = vec![if busy >= HOST_BOUND_BUSY {
-        format!("host-bound (busiest reactor {:.0}%)", busy * 100.0)
-    } else {
-        format!("device-bound (busiest reactor {:.0}%)", busy * 100.0)
-    }];
+    let mut parts = Vec::new();
+    if has_reactors(run) {
+        parts.push(if busy >= HOST_BOUND_BUSY {
+            format!("host-bound (busiest reactor {:.0}%)", busy * 100.0)
+        } else {
+            format!("device-bound (busiest reactor {:.0}%)", busy * 100.0)
+        });
+    }
     let evicted = ssd_counter(l, "slc_evictions");
     if evicted > 0 {
         parts.push(format!("SLC overflowed: {} MiB evicted to MLC", (evicted * 4096) >> 20));
@@ -86,6 +95,21 @@ pub fn diagnose_keys<K: RunKey>(keys: &[&K], r: &Results<K>) -> Vec<String> {
     by_system
         .iter()
         .map(|(system, runs)| {
+            if !runs.iter().any(|run| has_reactors(run)) {
+                // SSDs alone: what their firmware did says more than a reactor's load.
+                let sum = |name: &str| -> u64 {
+                    runs.iter().map(|run| ssd_counter(&run.result.layers, name)).sum()
+                };
+                return format!(
+                    "{system}: {} runs of an SSD alone, {} partial pages written back, {} update \
+                     reads, {} older versions read, GC copied {} units in all",
+                    runs.len(),
+                    sum("partial_writebacks"),
+                    sum("rmw_reads"),
+                    sum("mv_extra_reads"),
+                    sum("gc_copies")
+                );
+            }
             let busy: Vec<f64> = runs.iter().map(|run| busiest(run)).collect();
             let host = busy.iter().filter(|&&b| b >= HOST_BOUND_BUSY).count();
             let evicted: u64 =
