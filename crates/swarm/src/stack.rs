@@ -76,8 +76,10 @@ pub enum SsdVariant {
     Sectors512,
     /// 512-byte sectors over 8 KiB pages mapped page by page (WAFLASH's SSD), with a write
     /// buffer policy of WAFLASH §3.1 / §5.3 choosing which partial pages reach the flash, and
-    /// the FTL storing them (`mv`: WAFLASH §3.2's multi-version pages).
-    Unaligned(BufferPolicy, FtlPolicy),
+    /// the FTL storing them (`mv`: WAFLASH §3.2's multi-version pages), and whether MV-FTL
+    /// merges version chains in idle time (`firmware.mv_idle_merge`; without it chains live
+    /// until GC or a read-modify-write merges them, so power cuts find longer ones).
+    Unaligned(BufferPolicy, FtlPolicy, bool),
     /// A large write buffer with power-loss protection: every acknowledged write survives.
     Plp,
     /// Backed by an image file: a power cut is the process dying, and start-up reads the image.
@@ -213,12 +215,17 @@ pub fn catalogue() -> Vec<StackSpec> {
     add("ssd:slc", Ssd(SsdVariant::Slc));
     add("ssd:coarse", Ssd(SsdVariant::Coarse));
     add("ssd:512", Ssd(SsdVariant::Sectors512));
-    add("ssd:512:pc-lru", Ssd(SsdVariant::Unaligned(BufferPolicy::PcLru, FtlPolicy::Page)));
-    add("ssd:512:mca", Ssd(SsdVariant::Unaligned(BufferPolicy::Mca, FtlPolicy::Page)));
-    add("ssd:512:mv", Ssd(SsdVariant::Unaligned(BufferPolicy::Lru, FtlPolicy::Mv)));
+    add("ssd:512:pc-lru", Ssd(SsdVariant::Unaligned(BufferPolicy::PcLru, FtlPolicy::Page, true)));
+    add("ssd:512:mca", Ssd(SsdVariant::Unaligned(BufferPolicy::Mca, FtlPolicy::Page, true)));
+    add("ssd:512:mv", Ssd(SsdVariant::Unaligned(BufferPolicy::Lru, FtlPolicy::Mv, true)));
     // WAFLASH itself: PC-LRU destages a region's small partial pages together and MV-FTL
     // packs them into compacted pages (§3.3), so compacted pages are live when a cut hits.
-    add("ssd:512:waflash", Ssd(SsdVariant::Unaligned(BufferPolicy::PcLru, FtlPolicy::Mv)));
+    add("ssd:512:waflash", Ssd(SsdVariant::Unaligned(BufferPolicy::PcLru, FtlPolicy::Mv, true)));
+    // The same merging only in GC and read-modify-writes (reproduce waflash's Fig. 13 bracket).
+    add(
+        "ssd:512:waflash-gc-merge",
+        Ssd(SsdVariant::Unaligned(BufferPolicy::PcLru, FtlPolicy::Mv, false)),
+    );
     add("ssd:plp", Ssd(SsdVariant::Plp));
     add("ssd:image", Ssd(SsdVariant::Image));
     add("stripe:3", Stripe { members: 3 });
@@ -276,7 +283,7 @@ fn ssd_config(spec: &StackSpec, image: Option<&std::path::Path>) -> SsdConfig {
                     cfg.firmware.host_mb_per_s = 3000.0;
                 }
                 SsdVariant::Image => cfg.backing = image.map(|p| p.to_path_buf()),
-                SsdVariant::Unaligned(policy, ftl) => {
+                SsdVariant::Unaligned(policy, ftl, idle_merge) => {
                     cfg.firmware.block_bytes = 512;
                     cfg.geometry.page_bytes = 8192;
                     cfg.geometry.pages_per_block = 48;
@@ -285,6 +292,7 @@ fn ssd_config(spec: &StackSpec, image: Option<&std::path::Path>) -> SsdConfig {
                     cfg.geometry.oob_bytes_per_page = 512;
                     cfg.firmware.buffer_policy = policy;
                     cfg.firmware.ftl_policy = ftl;
+                    cfg.firmware.mv_idle_merge = idle_merge;
                 }
                 SsdVariant::Plain | SsdVariant::Slc => {}
             }

@@ -113,14 +113,24 @@ pub fn metric_of(run: &Run, m: Metric) -> Option<f64> {
     }
 }
 
+/// A run's sampled `num / den` (see [`Metric::SeriesShare`]): the sample times in seconds of
+/// the measured window, and the share at each (`None` where `den` is 0).
+pub fn share_series(run: &Run, num: &str, den: &str) -> Option<(Vec<f64>, Vec<Option<f64>>)> {
+    let s = run.result.workload.get("counter_series")?;
+    let numbers = |v: &serde_json::Value| -> Option<Vec<f64>> {
+        v.as_array()?.iter().map(|x| x.as_f64()).collect()
+    };
+    let times: Vec<f64> = numbers(s.get("time_ns")?)?.iter().map(|t| t / 1e9).collect();
+    let c = s.get("counters")?;
+    let (n, d) = (numbers(c.get(num)?)?, numbers(c.get(den)?)?);
+    let shares = n.iter().zip(&d).map(|(n, d)| (*d > 0.0).then(|| n / d)).collect();
+    Some((times, shares))
+}
+
 /// The time-mean of `num / den` over a run's sampled counters (see [`Metric::SeriesShare`]).
 pub fn series_share(run: &Run, num: &str, den: &str) -> Option<f64> {
-    let c = run.result.workload.get("counter_series")?.get("counters")?;
-    let series = |name: &str| -> Option<Vec<f64>> {
-        c.get(name)?.as_array()?.iter().map(|v| v.as_f64()).collect()
-    };
-    let (n, d) = (series(num)?, series(den)?);
-    let shares: Vec<f64> = n.iter().zip(&d).filter(|(_, &d)| d > 0.0).map(|(n, d)| n / d).collect();
+    let (_, shares) = share_series(run, num, den)?;
+    let shares: Vec<f64> = shares.into_iter().flatten().collect();
     (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
 }
 

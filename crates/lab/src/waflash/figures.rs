@@ -10,7 +10,7 @@ use flashrig_trace::stats::{TraceStats, UNALIGNED_PAGE_SIZES};
 use super::experiments::{self, buffer_mibs, NOISE_PERCENTS, PAGE_KIBS};
 use super::{at8, claims, requests, traces, Key, Sys, Workload};
 use crate::core::plots::{named, Plots};
-use crate::core::results::{fmt_metric, Metric};
+use crate::core::results::{fmt_metric, share_series, Metric};
 use crate::core::{Mode, Results, Section};
 
 const LAT: Metric = Metric::MeanAllLatUs;
@@ -328,7 +328,12 @@ fn figs10_13(out: &mut String, r: &Results<Key>, plots: &mut Plots) -> Result<()
         let mut series = Vec::new();
         for s in [Sys::Baseline, Sys::PcLru] {
             let Some(run) = r.run(&at8(s, t)) else { continue };
-            let Some((times, shares)) = share_series(run) else { continue };
+            let Some((times, shares)) = share_series(run, "buffer_partial_units", "buffer_units")
+            else {
+                continue;
+            };
+            let shares: Vec<Option<f64>> =
+                shares.into_iter().map(|x| x.map(|v| v * 100.0)).collect();
             if times.len() > xs.len() {
                 xs = times;
             }
@@ -350,20 +355,6 @@ fn figs10_13(out: &mut String, r: &Results<Key>, plots: &mut Plots) -> Result<()
         )?;
     }
     Ok(())
-}
-
-/// A run's sampled partial-page share of the buffer: (times in s, shares in %).
-fn share_series(run: &Run) -> Option<(Vec<f64>, Vec<Option<f64>>)> {
-    let s = run.result.workload.get("counter_series")?;
-    let times: Vec<f64> =
-        s.get("time_ns")?.as_array()?.iter().filter_map(|v| v.as_f64()).map(|t| t / 1e9).collect();
-    let c = s.get("counters")?;
-    let get = |n: &str| -> Option<Vec<f64>> {
-        c.get(n)?.as_array()?.iter().map(|v| v.as_f64()).collect()
-    };
-    let (p, u) = (get("buffer_partial_units")?, get("buffer_units")?);
-    let shares = p.iter().zip(&u).map(|(p, u)| (*u > 0.0).then(|| p / u * 100.0)).collect();
-    Some((times, shares))
 }
 
 fn fig14(out: &mut String, r: &Results<Key>, _: &mut Plots) -> Result<(), Error> {

@@ -741,8 +741,9 @@ impl PageMap {
     /// finish) and going on while that moment is still before `t_ns`. The merges fill the gap
     /// the device was idle in, as paced SLC eviction does (`evict_in_idle_time`); starting them
     /// at `t_ns` would queue them in front of the command that found the device idle, and at a
-    /// trace's pace every read would wait for a merge (measured: 8 KiB pages, DTR stand-in,
-    /// reads 9% slower than the Baseline's with one merge per command at `t_ns`). The last
+    /// trace's pace every read would wait for a merge (8 KiB pages, DTR stand-in: reads 9%
+    /// slower than the Baseline's with one merge per command at `t_ns`; docs/waflash.md,
+    /// "Merging", gives the command). The last
     /// merge may still run when the command arrives, as the last eviction step may.
     fn merge_in_idle_time(&mut self, t_ns: u64) -> DevResult<()> {
         loop {
