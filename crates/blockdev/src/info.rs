@@ -26,12 +26,18 @@ pub struct Capabilities {
     pub timing_only: bool,
 }
 
-/// Zone layout of a zoned device.
+/// Zone layout of a zoned device (NVMe ZNS: zone size ZSZE, zone capacity ZCAP, maximum open
+/// resources MOR + 1, maximum active resources MAR + 1). Zone `z` starts at `z * zone_blocks`;
+/// its first `zone_capacity_blocks` blocks are writable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ZoneGeometry {
     pub zone_blocks: u64,
     pub zone_capacity_blocks: u64,
+    /// Zones that may be open (implicitly or explicitly) at once; 0 = no limit.
     pub max_open_zones: u32,
+    /// Zones that may be active (open or closed) at once; 0 = no limit.
+    #[serde(default)]
+    pub max_active_zones: u32,
 }
 
 /// The description every device gives of itself.

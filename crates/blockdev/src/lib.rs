@@ -13,12 +13,13 @@
 mod command;
 mod error;
 mod info;
+pub mod zones;
 
 pub use command::{
     ComputeCommand, ConvertCommand, ParityType, ScrubReport, VendorCommand, VendorReply,
     WriteHints, ZoneCommand, ZoneDescriptor, ZoneReply, ZoneState,
 };
-pub use error::{DevError, DevResult};
+pub use error::{DevError, DevResult, ZoneError};
 pub use info::{Capabilities, DeviceInfo, ZoneGeometry};
 
 use std::sync::Arc;

@@ -16,7 +16,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use flashrig_blockdev::{DevError, DevRef, WriteHints};
+use flashrig_blockdev::{DevError, DevRef, WriteHints, ZoneError};
 use flashrig_engines::raid::locks::StripeLocks;
 use flashrig_runtime::real::Handle;
 use thiserror::Error;
@@ -106,6 +106,10 @@ impl ExportError {
                 | DevError::DeviceFailed { .. }
                 | DevError::Corrupt { .. }
                 | DevError::Io { .. } => libc::EIO,
+                // Linux's block layer maps the ZNS resource errors this way (blk_errors[]).
+                DevError::Zone { error: ZoneError::TooManyOpen { .. }, .. } => libc::ETOOMANYREFS,
+                DevError::Zone { error: ZoneError::TooManyActive { .. }, .. } => libc::EOVERFLOW,
+                DevError::Zone { .. } => libc::EIO,
             },
         }
     }
