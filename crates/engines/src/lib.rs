@@ -9,6 +9,7 @@ pub mod concat;
 mod fanout;
 pub mod latency;
 pub mod layout;
+pub mod partition;
 pub mod raid;
 pub mod scala;
 pub mod stripe;
@@ -16,6 +17,7 @@ pub mod twophase;
 pub mod zoned;
 
 pub use concat::Concat;
+pub use partition::Partition;
 pub use raid::{Raid, RaidOptions};
 pub use scala::{Scala, ScalaOptions};
 pub use stripe::Stripe;
