@@ -45,8 +45,8 @@ struct CommandLatency {
     read: Arc<Mutex<LatencyHistogram>>,
     write: Arc<Mutex<LatencyHistogram>>,
     convert: Arc<Mutex<LatencyHistogram>>,
-    /// Zone management commands (zone appends count as writes).
-    zone: Arc<Mutex<LatencyHistogram>>,
+    /// Zone management commands of a zoned device (zone appends count as writes).
+    zone: Option<Arc<Mutex<LatencyHistogram>>>,
 }
 
 /// What a power cycle did, step by step.
@@ -77,6 +77,7 @@ impl Ssd {
             info.caps.zones = true;
         }
         let metrics = Registry::new(name);
+        let zoned = info.zones.is_some();
         Ok(Ssd {
             info,
             cfg: cfg.clone(),
@@ -86,7 +87,8 @@ impl Ssd {
                 read: metrics.latency("read_ns"),
                 write: metrics.latency("write_ns"),
                 convert: metrics.latency("convert_ns"),
-                zone: metrics.latency("zone_mgmt_ns"),
+                // Registered only on zoned devices, so other results keep their histograms.
+                zone: zoned.then(|| metrics.latency("zone_mgmt_ns")),
             },
             metrics,
         })
@@ -349,7 +351,10 @@ impl BlockDevice for Ssd {
             reply = Some(r);
             Ok(done)
         })?;
-        self.record(if append { &self.lat.write } else { &self.lat.zone }, sub.0);
+        match (append, self.lat.zone.as_ref()) {
+            (false, Some(h)) => self.record(h, sub.0),
+            _ => self.record(&self.lat.write, sub.0),
+        }
         self.complete(sub).await?;
         Ok(reply.expect("a submitted zone command replies"))
     }

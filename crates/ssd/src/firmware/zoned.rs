@@ -206,6 +206,10 @@ impl Ftl for ZoneMap {
             return Ok((img, t_ns));
         }
         let st = z.store.as_ref().expect("a programmed zone has a store");
+        if st.lpn[k as usize] == ZONE_PAD_LPN {
+            // Padding (of a finished zone, or past its capacity) holds no host data.
+            return Ok((None, t_ns));
+        }
         if st.lpn[k as usize] != lpn {
             self.counters.oob_mismatches += 1;
             return Err(DevError::ReadMedia { lba: lpn as u64 * self.layout.blocks_per_iu as u64 });
