@@ -469,3 +469,75 @@ fn unflushed_staged_blocks_are_lost_without_plp_and_kept_with_it() {
         assert_eq!(wp, if plp { 7 } else { 6 }, "plp = {plp}");
     }
 }
+
+/// Sequential throughput in virtual time: `zones` zones written at once, one task per zone
+/// issuing `io_bytes` writes at its write pointer until `bytes_per_zone`, then the same reads.
+/// Returns (write MB/s, read MB/s) and the counters.
+fn sequential_throughput(
+    preset: &str,
+    zones: u64,
+    bytes_per_zone: u64,
+    io_bytes: usize,
+) -> (f64, f64, BTreeMap<String, u64>) {
+    let mut cfg = SsdConfig::preset(preset).unwrap();
+    cfg.payload = flashrig_ssd::PayloadMode::None;
+    with_ssd(cfg, move |ssd| {
+        Box::pin(async move {
+            let dev: flashrig_blockdev::DevRef = ssd.clone();
+            let geo = dev.info().zones.unwrap();
+            let bs = dev.info().block_size as u64;
+            let per_io = io_bytes as u64 / bs;
+            let ios = bytes_per_zone / io_bytes as u64;
+            let mut elapsed = [0u64; 2];
+            for (phase, took) in elapsed.iter_mut().enumerate() {
+                let t0 = now_ns();
+                let tasks: Vec<_> = (0..zones)
+                    .map(|z| {
+                        let dev = dev.clone();
+                        flashrig_runtime::spawn(async move {
+                            let mut buf = vec![0u8; io_bytes];
+                            for i in 0..ios {
+                                let lba = z * geo.zone_blocks + i * per_io;
+                                if phase == 0 {
+                                    dev.write(lba, &buf, None, WriteHints::NONE).await.unwrap();
+                                } else {
+                                    dev.read(lba, &mut buf, None).await.unwrap();
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                for t in tasks {
+                    t.await;
+                }
+                *took = now_ns() - t0;
+            }
+            let bytes = (zones * ios * io_bytes as u64) as f64;
+            let mb_per_s = |ns: u64| bytes / (ns as f64 / 1e9) / 1e6;
+            (mb_per_s(elapsed[0]), mb_per_s(elapsed[1]), counters(dev.as_ref()))
+        })
+    })
+}
+
+#[test]
+fn the_zn540_bundle_is_throttled_to_one_p5316() {
+    // CSAL §6.1: four ZN540s throttled to 2.5 GB/s write and 6 GB/s read. Eight zones written
+    // at once in CSAL's 512 KiB compaction writes (§4.3) would exceed both caps unthrottled.
+    let (w, r, c) = sequential_throughput("zn540x4", 8, 64 << 20, 512 << 10);
+    assert!((2400.0..=2500.0).contains(&w), "write {w:.0} MB/s");
+    assert!((5700.0..=6000.0).contains(&r), "read {r:.0} MB/s");
+    assert_eq!(c["nand_program_bytes"], c["host_write_bytes"], "WAF 1");
+}
+
+/// The figures docs/ssd.md quotes for the zoned presets (virtual time; run with
+/// `-- --nocapture` to see them).
+#[test]
+fn measured_sequential_throughput_of_the_zoned_presets() {
+    for (preset, zones) in
+        [("zn540", 1), ("zn540", 8), ("zn540x4", 8), ("p5316-zns", 8), ("p5316-zns", 32)]
+    {
+        let (w, r, _) = sequential_throughput(preset, zones, 64 << 20, 512 << 10);
+        println!("{preset:10} {zones:2} zones at once: write {w:6.0} MB/s, read {r:6.0} MB/s");
+        assert!(w > 0.0 && r > 0.0);
+    }
+}
