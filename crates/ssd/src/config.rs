@@ -439,8 +439,10 @@ impl Zoned {
                 "zoned.zone_planes = {zone_planes} must divide the device's {planes} planes"
             ));
         }
-        let zone_physical_bytes =
-            zone_planes as u64 * g.pages_per_block as u64 * g.page_bytes as u64;
+        // Saturating, so that absurd geometries reach the checks below instead of overflowing.
+        let zone_physical_bytes = (zone_planes as u64)
+            .saturating_mul(g.pages_per_block as u64)
+            .saturating_mul(g.page_bytes as u64);
         let iu = iu_bytes as u64;
         if self.zone_capacity_bytes == 0 || !self.zone_capacity_bytes.is_multiple_of(iu) {
             return Err(format!(
@@ -931,6 +933,85 @@ mod tests {
         let t: toml::Table = "[firmware]\nslc_eviction = \"lazy\"\n".parse().unwrap();
         let e = SsdConfig::resolve(&t).unwrap_err();
         assert!(e.contains("slc_eviction") && e.contains("paced"), "{e}");
+    }
+
+    #[test]
+    fn zoned_presets_follow_their_sources() {
+        let zl = |name: &str| {
+            let c = SsdConfig::preset(name).unwrap();
+            let z = c.zoned.clone().unwrap_or_else(|| panic!("{name} is zoned"));
+            (c.clone(), z.layout(&c.geometry, c.firmware.block_bytes, c.firmware.iu_bytes).unwrap())
+        };
+        // ZN540: 1077 MiB zones 2 GiB apart, 14 open and active, at least 4 TB.
+        let (c, l) = zl("zn540");
+        assert_eq!((l.zone_blocks, l.zone_capacity_blocks), (512 << 10, 1077 << 8));
+        assert_eq!(l.num_zones, 3542);
+        assert!(l.num_zones * l.zone_capacity_blocks * 4096 >= 4_000_000_000_000);
+        assert!(l.zone_physical_bytes >= 1077 << 20);
+        let z = c.zoned.unwrap();
+        assert_eq!((z.max_open_zones, z.max_active_zones), (14, 14));
+        // The bundle: four ZN540s' zones, throttled as CSAL §6.1 says.
+        let (b, bl) = zl("zn540x4");
+        assert_eq!(bl.num_zones, 4 * 3542);
+        assert_eq!(bl.zone_capacity_blocks, l.zone_capacity_blocks);
+        assert_eq!(
+            (b.firmware.host_read_mb_per_s, b.firmware.host_write_mb_per_s),
+            (6000.0, 2500.0)
+        );
+        // p5316-zns: the p5316-qlc media, 1 GiB zones.
+        let (p, pl) = zl("p5316-zns");
+        let q = SsdConfig::preset("p5316-qlc").unwrap();
+        assert_eq!((p.geometry, p.nand), (q.geometry, q.nand));
+        assert_eq!(pl.zone_blocks * 4096, 1 << 30);
+        // Nothing else is zoned or throttled.
+        for name in preset_names() {
+            let c = SsdConfig::preset(name).unwrap();
+            let zoned = ["tiny-zns", "zn540", "zn540x4", "p5316-zns"].contains(&name);
+            assert_eq!(c.zoned.is_some(), zoned, "{name}");
+            if name != "zn540x4" {
+                assert_eq!(
+                    (c.firmware.host_read_mb_per_s, c.firmware.host_write_mb_per_s),
+                    (0.0, 0.0)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn new_keys_are_left_out_of_serialized_configurations_at_their_defaults() {
+        // Results echo their configuration, so devices without zones or caps must serialise as
+        // they did before the keys existed.
+        let shown = toml::to_string(&SsdConfig::preset("tiny").unwrap()).unwrap();
+        for key in ["zoned", "host_read_mb_per_s", "host_write_mb_per_s"] {
+            assert!(!shown.contains(key), "{key} in {shown}");
+        }
+        let shown = toml::to_string(&SsdConfig::preset("zn540x4").unwrap()).unwrap();
+        let back = SsdConfig::resolve(&shown.parse().unwrap()).unwrap();
+        assert_eq!(back, SsdConfig::preset("zn540x4").unwrap());
+    }
+
+    #[test]
+    fn bad_zoned_values_name_their_key() {
+        let bad = |edit: &dyn Fn(&mut SsdConfig), key: &str| {
+            let mut c = SsdConfig::preset("tiny-zns").unwrap();
+            edit(&mut c);
+            let e = c.validate().unwrap_err();
+            assert!(e.contains(key), "{key}: {e}");
+        };
+        bad(&|c| c.zoned.as_mut().unwrap().zone_capacity_bytes = 3 << 20, "zone_capacity_bytes");
+        bad(&|c| c.zoned.as_mut().unwrap().zone_capacity_bytes = 1000, "zone_capacity_bytes");
+        bad(&|c| c.zoned.as_mut().unwrap().zone_bytes = 1 << 20, "zoned.zone_bytes");
+        bad(&|c| c.zoned.as_mut().unwrap().zone_planes = 3, "zone_planes");
+        bad(&|c| c.zoned.as_mut().unwrap().max_open_zones = 9, "max_open_zones");
+        bad(&|c| c.firmware.buffer_bytes = 1 << 20, "buffer_bytes");
+        bad(&|c| c.firmware.slc_cache_bytes = 1 << 20, "slc_cache_bytes");
+        bad(&|c| c.firmware.ftl_policy = FtlPolicy::Mv, "ftl_policy");
+        bad(&|c| c.firmware.host_write_mb_per_s = -1.0, "host_write_mb_per_s");
+        // Two zones per plane group: a zone over 2 of tiny-zns's 4 planes.
+        let mut c = SsdConfig::preset("tiny-zns").unwrap();
+        c.zoned.as_mut().unwrap().zone_planes = 2;
+        c.zoned.as_mut().unwrap().zone_capacity_bytes = 768 << 10;
+        c.validate().unwrap();
     }
 
     #[test]

@@ -118,7 +118,10 @@ impl Layout {
         // A zoned namespace exports every zone, holes past each zone's capacity included, and
         // keeps no spare lines: without device GC, over-provisioning has no use.
         let logical_ius = match &zones {
-            Some(z) => z.num_zones * z.zone_blocks * f.block_bytes as u64 / f.iu_bytes as u64,
+            // Saturating: a namespace too large to address is refused just below.
+            Some(z) => {
+                z.num_zones.saturating_mul(z.zone_blocks * f.block_bytes as u64 / f.iu_bytes as u64)
+            }
             None => (dense_slots as f64 / (1.0 + f.over_provisioning_percent / 100.0)) as u64,
         };
         let logical_lines = logical_ius.div_ceil(slots_native);
