@@ -173,8 +173,9 @@ fn the_zone_state_machine_answers_through_the_device() {
 
 #[test]
 fn data_and_metadata_read_back_exactly_below_the_write_pointer_and_zeros_past_it() {
+    // CSAL keeps 64 bytes of metadata with each 4 KiB block (csal-eurosys24.txt §4.2).
     let mut cfg = tiny_zns();
-    cfg.firmware.md_bytes = 16;
+    cfg.firmware.md_bytes = 64;
     with_ssd(cfg, |ssd| {
         Box::pin(async move {
             let dev: &dyn BlockDevice = ssd.as_ref();
@@ -539,5 +540,32 @@ fn measured_sequential_throughput_of_the_zoned_presets() {
         let (w, r, _) = sequential_throughput(preset, zones, 64 << 20, 512 << 10);
         println!("{preset:10} {zones:2} zones at once: write {w:6.0} MB/s, read {r:6.0} MB/s");
         assert!(w > 0.0 && r > 0.0);
+    }
+}
+
+#[test]
+fn payload_tag_and_none_read_as_elsewhere() {
+    for mode in [flashrig_ssd::PayloadMode::Tag, flashrig_ssd::PayloadMode::None] {
+        let mut cfg = tiny_zns();
+        cfg.payload = mode;
+        with_ssd(cfg, move |ssd| {
+            Box::pin(async move {
+                let dev: &dyn BlockDevice = ssd.as_ref();
+                assert!(dev.info().caps.timing_only);
+                let data = blocks(9, 0, 6, 0);
+                dev.write(0, &data, None, WriteHints::NONE).await.unwrap();
+                let mut buf = vec![0u8; 6 * BS];
+                dev.read(0, &mut buf, None).await.unwrap();
+                for (i, got) in buf.chunks(BS).enumerate() {
+                    let mut want = vec![0u8; BS];
+                    if mode == flashrig_ssd::PayloadMode::Tag {
+                        // The block's fingerprint in its first 8 bytes, zeros after.
+                        let tag = flashrig_ssd::tag_of(&data[i * BS..(i + 1) * BS]);
+                        want[..8].copy_from_slice(&tag.to_le_bytes());
+                    }
+                    assert_eq!(got, &want[..], "{mode:?} block {i}");
+                }
+            })
+        });
     }
 }
