@@ -11,7 +11,10 @@
 //! 2 MiB of LBA space, 4 open / 6 active zones) on the simulated runtime. Counters come from
 //! the device's metrics; times are virtual. The crash cases draw their writes, flushes and cut
 //! points from seeds of `flashrig_check::seeds` (`FLASHRIG_SEED=<n>` reruns one), and every
-//! failure names its seed.
+//! failure names its seed: one family cuts power between commands (with resets and finishes in
+//! the mix, over three lives of the device), the other at a seeded virtual time with writes,
+//! FUA writes and flushes in flight on several zones. The presets' sequential throughput is
+//! measured in virtual time too, and the `zn540x4` bundle is held to CSAL §6.1's caps.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
