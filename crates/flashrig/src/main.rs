@@ -881,9 +881,25 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             for name in flashrig_ssd::config::preset_names() {
                 let cfg = flashrig_ssd::SsdConfig::preset(name).map_err(Error::Input)?;
                 let layout = flashrig_ssd::media::Layout::new(&cfg).map_err(Error::Input)?;
+                // A zoned namespace's writable capacity is its zones' capacities (its LBA space
+                // also holds the hole past each zone's capacity).
+                let (capacity, zones) = match layout.zones {
+                    Some(z) => {
+                        let bs = cfg.firmware.block_bytes as f64;
+                        (
+                            z.num_zones as f64 * z.zone_capacity_blocks as f64 * bs,
+                            format!(
+                                ", {} zones of {}",
+                                z.num_zones,
+                                flashrig::run::human_bytes(z.zone_capacity_blocks as f64 * bs)
+                            ),
+                        )
+                    }
+                    None => (layout.capacity_bytes() as f64, String::new()),
+                };
                 println!(
-                    "{name:18} {:>10} logical, {} {}, {} planes, {} KiB pages, {} KiB IU",
-                    flashrig::run::human_bytes(layout.capacity_bytes() as f64),
+                    "{name:18} {:>10} logical, {} {}, {} planes, {} KiB pages, {} KiB IU{zones}",
+                    flashrig::run::human_bytes(capacity),
                     cfg.nand.cell.name(),
                     if cfg.firmware.slc_cache_bytes > 0 { "+ SLC cache" } else { "" },
                     layout.planes,

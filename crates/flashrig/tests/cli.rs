@@ -394,6 +394,12 @@ fn ssd_presets_are_listed_and_shown() {
     ] {
         assert!(list.contains(p), "{p} missing from:\n{list}");
     }
+    // Zoned presets show their zones and writable capacity.
+    for p in ["tiny-zns", "zn540", "zn540x4", "p5316-zns"] {
+        let line = list.lines().find(|l| l.starts_with(p)).unwrap_or_else(|| panic!("{p}"));
+        assert!(line.contains(" zones of "), "{line}");
+    }
+    assert!(list.contains("3542 zones of 1.05 GiB"), "{list}");
     let show = flashrig(&["ssd", "show", "p5316-qlc"]);
     let shown = text(&show.stdout);
     assert!(shown.contains("iu_bytes = 65536") && shown.contains("[device.sources]"), "{shown}");

@@ -252,6 +252,10 @@ fn is_true(v: &bool) -> bool {
     *v
 }
 
+fn is_zero_f64(v: &f64) -> bool {
+    *v == 0.0
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Firmware {
@@ -265,6 +269,15 @@ pub struct Firmware {
     pub queue_depth: u32,
     /// Host link bandwidth in MB/s (PCIe); 0 means instantaneous transfer.
     pub host_mb_per_s: f64,
+    /// A cap on the rate the device reads data for the host, in MB/s (10^6 bytes), on top of
+    /// the link; 0 (the default) leaves reads uncapped. CSAL §6.1 throttles its bundle of four
+    /// ZN540s to one P5316's 6 GB/s this way. Left out of the serialized configuration at its
+    /// default, so results of devices without a cap stay byte-identical.
+    #[serde(skip_serializing_if = "is_zero_f64")]
+    pub host_read_mb_per_s: f64,
+    /// The same cap for data the host writes (CSAL §6.1: 2.5 GB/s); 0 leaves writes uncapped.
+    #[serde(skip_serializing_if = "is_zero_f64")]
+    pub host_write_mb_per_s: f64,
     /// Controller time per command. The controller processes commands one at a time (one
     /// timeline per device), so this is also a ceiling of `1e9 / command_ns` commands per
     /// second; 0 models no controller time.
@@ -348,6 +361,8 @@ impl Default for Firmware {
             over_provisioning_percent: 25.0,
             queue_depth: 64,
             host_mb_per_s: 0.0,
+            host_read_mb_per_s: 0.0,
+            host_write_mb_per_s: 0.0,
             command_ns: 0,
             buffer_bytes: 256 * 1024,
             buffer_policy: BufferPolicy::Lru,
@@ -372,6 +387,105 @@ impl Default for Firmware {
     }
 }
 
+/// A zoned namespace (NVMe ZNS) in place of the conventional block interface: the firmware
+/// maps each zone to a fixed set of erase blocks instead of running a page-mapping FTL with
+/// garbage collection (docs/ssd.md, "Zoned namespace").
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Zoned {
+    /// Zone size (NVMe ZSZE): the LBA stride from one zone's start to the next.
+    pub zone_bytes: u64,
+    /// Zone capacity (ZCAP): the writable bytes of a zone, at most `zone_bytes`; the LBAs from
+    /// the capacity to the zone size are a hole that reads as zeros and cannot be written.
+    pub zone_capacity_bytes: u64,
+    /// Zones that may be open at once (0: no limit).
+    pub max_open_zones: u32,
+    /// Zones that may be open or closed at once (0: no limit).
+    pub max_active_zones: u32,
+    /// Planes one zone is striped over, one erase block on each; 0 (the default) stripes
+    /// every zone over every plane of the device.
+    pub zone_planes: u32,
+}
+
+/// The zone layout a configuration gives: how zones map onto the media.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZoneLayout {
+    /// Planes a zone is striped over (one block on each).
+    pub zone_planes: u32,
+    /// Groups of `zone_planes` planes: zone `z` lives in group `z % plane_groups`, in block
+    /// `z / plane_groups` of each of the group's planes.
+    pub plane_groups: u32,
+    pub num_zones: u64,
+    /// Host blocks from one zone's start to the next (ZSZE).
+    pub zone_blocks: u64,
+    /// Writable host blocks of a zone (ZCAP).
+    pub zone_capacity_blocks: u64,
+    /// Physical bytes of a zone's erase blocks.
+    pub zone_physical_bytes: u64,
+}
+
+impl Zoned {
+    /// The zone layout over `g` with host blocks of `block_bytes`, or what is wrong.
+    pub fn layout(
+        &self,
+        g: &Geometry,
+        block_bytes: u32,
+        iu_bytes: u32,
+    ) -> Result<ZoneLayout, String> {
+        let planes = g.planes();
+        let zone_planes = if self.zone_planes == 0 { planes } else { self.zone_planes };
+        if !planes.is_multiple_of(zone_planes) {
+            return Err(format!(
+                "zoned.zone_planes = {zone_planes} must divide the device's {planes} planes"
+            ));
+        }
+        // Saturating, so that absurd geometries reach the checks below instead of overflowing.
+        let zone_physical_bytes = (zone_planes as u64)
+            .saturating_mul(g.pages_per_block as u64)
+            .saturating_mul(g.page_bytes as u64);
+        let iu = iu_bytes as u64;
+        if self.zone_capacity_bytes == 0 || !self.zone_capacity_bytes.is_multiple_of(iu) {
+            return Err(format!(
+                "zoned.zone_capacity_bytes = {} must be a positive multiple of firmware.iu_bytes \
+                 = {iu_bytes}",
+                self.zone_capacity_bytes
+            ));
+        }
+        if self.zone_bytes < self.zone_capacity_bytes || !self.zone_bytes.is_multiple_of(iu) {
+            return Err(format!(
+                "zoned.zone_bytes = {} must be a multiple of firmware.iu_bytes = {iu_bytes} and \
+                 at least zoned.zone_capacity_bytes = {}",
+                self.zone_bytes, self.zone_capacity_bytes
+            ));
+        }
+        if self.zone_capacity_bytes > zone_physical_bytes {
+            return Err(format!(
+                "zoned.zone_capacity_bytes = {} exceeds the {zone_physical_bytes} bytes of a \
+                 zone's erase blocks ({zone_planes} planes x one block of {} pages x {} bytes)",
+                self.zone_capacity_bytes, g.pages_per_block, g.page_bytes
+            ));
+        }
+        if self.max_open_zones > 0
+            && self.max_active_zones > 0
+            && self.max_open_zones > self.max_active_zones
+        {
+            return Err(format!(
+                "zoned.max_open_zones = {} exceeds zoned.max_active_zones = {}",
+                self.max_open_zones, self.max_active_zones
+            ));
+        }
+        let plane_groups = planes / zone_planes;
+        Ok(ZoneLayout {
+            zone_planes,
+            plane_groups,
+            num_zones: plane_groups as u64 * g.blocks_per_plane as u64,
+            zone_blocks: self.zone_bytes / block_bytes as u64,
+            zone_capacity_blocks: self.zone_capacity_bytes / block_bytes as u64,
+            zone_physical_bytes,
+        })
+    }
+}
+
 /// An emulated SSD.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -391,6 +505,10 @@ pub struct SsdConfig {
     pub geometry: Geometry,
     pub nand: Nand,
     pub firmware: Firmware,
+    /// A zoned namespace (NVMe ZNS); absent, the conventional block interface. Left out of
+    /// the serialized configuration when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zoned: Option<Zoned>,
     /// Where each number comes from: key path -> citation.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub sources: BTreeMap<String, String>,
@@ -407,6 +525,7 @@ impl Default for SsdConfig {
             geometry: Geometry::default(),
             nand: Nand::default(),
             firmware: Firmware::default(),
+            zoned: None,
             sources: BTreeMap::new(),
         }
     }
@@ -426,6 +545,10 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("p5800x", include_str!("../../../configs/presets/ssd/p5800x.toml")),
     ("p5316-qlc", include_str!("../../../configs/presets/ssd/p5316-qlc.toml")),
     ("qlc-femu", include_str!("../../../configs/presets/ssd/qlc-femu.toml")),
+    ("tiny-zns", include_str!("../../../configs/presets/ssd/tiny-zns.toml")),
+    ("zn540", include_str!("../../../configs/presets/ssd/zn540.toml")),
+    ("zn540x4", include_str!("../../../configs/presets/ssd/zn540x4.toml")),
+    ("p5316-zns", include_str!("../../../configs/presets/ssd/p5316-zns.toml")),
 ];
 
 /// The names of the compiled-in presets.
@@ -577,8 +700,36 @@ impl SsdConfig {
                 n.channel_mb_per_s
             ));
         }
-        if !(f.host_mb_per_s >= 0.0 && f.host_mb_per_s.is_finite()) {
-            return Err(format!("firmware.host_mb_per_s = {}: must be 0 or more", f.host_mb_per_s));
+        for (key, v) in [
+            ("firmware.host_mb_per_s", f.host_mb_per_s),
+            ("firmware.host_read_mb_per_s", f.host_read_mb_per_s),
+            ("firmware.host_write_mb_per_s", f.host_write_mb_per_s),
+        ] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return Err(format!("{key} = {v}: must be 0 or more"));
+            }
+        }
+        if let Some(z) = &self.zoned {
+            z.layout(g, f.block_bytes, f.iu_bytes)?;
+            // The zoned firmware has no page map, so nothing that relies on one: no SLC cache
+            // to evict from, no MV-FTL versions, no conversion command (it invalidates
+            // sources in place), no image file (its format records lines, not zones).
+            for (bad, msg) in [
+                (f.slc_cache_bytes > 0, "firmware.slc_cache_bytes must be 0"),
+                (f.ftl_policy != FtlPolicy::Page, "firmware.ftl_policy must be \"page\""),
+                (f.vendor_convert, "firmware.vendor_convert must be false"),
+                (self.backing.is_some(), "backing (a NAND image file) is not supported"),
+                // Each open zone stages its partly filled page in the controller (docs/ssd.md,
+                // "Zoned namespace"); a second DRAM buffer in front of it would only reorder.
+                (
+                    f.buffer_bytes > 0,
+                    "firmware.buffer_bytes must be 0 (zones stage their own pages)",
+                ),
+            ] {
+                if bad {
+                    return Err(format!("zoned: {msg} on a zoned namespace"));
+                }
+            }
         }
         if !(0.5..=400.0).contains(&f.over_provisioning_percent) {
             return Err(format!(
@@ -782,6 +933,85 @@ mod tests {
         let t: toml::Table = "[firmware]\nslc_eviction = \"lazy\"\n".parse().unwrap();
         let e = SsdConfig::resolve(&t).unwrap_err();
         assert!(e.contains("slc_eviction") && e.contains("paced"), "{e}");
+    }
+
+    #[test]
+    fn zoned_presets_follow_their_sources() {
+        let zl = |name: &str| {
+            let c = SsdConfig::preset(name).unwrap();
+            let z = c.zoned.clone().unwrap_or_else(|| panic!("{name} is zoned"));
+            (c.clone(), z.layout(&c.geometry, c.firmware.block_bytes, c.firmware.iu_bytes).unwrap())
+        };
+        // ZN540: 1077 MiB zones 2 GiB apart, 14 open and active, at least 4 TB.
+        let (c, l) = zl("zn540");
+        assert_eq!((l.zone_blocks, l.zone_capacity_blocks), (512 << 10, 1077 << 8));
+        assert_eq!(l.num_zones, 3542);
+        assert!(l.num_zones * l.zone_capacity_blocks * 4096 >= 4_000_000_000_000);
+        assert!(l.zone_physical_bytes >= 1077 << 20);
+        let z = c.zoned.unwrap();
+        assert_eq!((z.max_open_zones, z.max_active_zones), (14, 14));
+        // The bundle: four ZN540s' zones, throttled as CSAL §6.1 says.
+        let (b, bl) = zl("zn540x4");
+        assert_eq!(bl.num_zones, 4 * 3542);
+        assert_eq!(bl.zone_capacity_blocks, l.zone_capacity_blocks);
+        assert_eq!(
+            (b.firmware.host_read_mb_per_s, b.firmware.host_write_mb_per_s),
+            (6000.0, 2500.0)
+        );
+        // p5316-zns: the p5316-qlc media, 1 GiB zones.
+        let (p, pl) = zl("p5316-zns");
+        let q = SsdConfig::preset("p5316-qlc").unwrap();
+        assert_eq!((p.geometry, p.nand), (q.geometry, q.nand));
+        assert_eq!(pl.zone_blocks * 4096, 1 << 30);
+        // Nothing else is zoned or throttled.
+        for name in preset_names() {
+            let c = SsdConfig::preset(name).unwrap();
+            let zoned = ["tiny-zns", "zn540", "zn540x4", "p5316-zns"].contains(&name);
+            assert_eq!(c.zoned.is_some(), zoned, "{name}");
+            if name != "zn540x4" {
+                assert_eq!(
+                    (c.firmware.host_read_mb_per_s, c.firmware.host_write_mb_per_s),
+                    (0.0, 0.0)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn new_keys_are_left_out_of_serialized_configurations_at_their_defaults() {
+        // Results echo their configuration, so devices without zones or caps must serialise as
+        // they did before the keys existed.
+        let shown = toml::to_string(&SsdConfig::preset("tiny").unwrap()).unwrap();
+        for key in ["zoned", "host_read_mb_per_s", "host_write_mb_per_s"] {
+            assert!(!shown.contains(key), "{key} in {shown}");
+        }
+        let shown = toml::to_string(&SsdConfig::preset("zn540x4").unwrap()).unwrap();
+        let back = SsdConfig::resolve(&shown.parse().unwrap()).unwrap();
+        assert_eq!(back, SsdConfig::preset("zn540x4").unwrap());
+    }
+
+    #[test]
+    fn bad_zoned_values_name_their_key() {
+        let bad = |edit: &dyn Fn(&mut SsdConfig), key: &str| {
+            let mut c = SsdConfig::preset("tiny-zns").unwrap();
+            edit(&mut c);
+            let e = c.validate().unwrap_err();
+            assert!(e.contains(key), "{key}: {e}");
+        };
+        bad(&|c| c.zoned.as_mut().unwrap().zone_capacity_bytes = 3 << 20, "zone_capacity_bytes");
+        bad(&|c| c.zoned.as_mut().unwrap().zone_capacity_bytes = 1000, "zone_capacity_bytes");
+        bad(&|c| c.zoned.as_mut().unwrap().zone_bytes = 1 << 20, "zoned.zone_bytes");
+        bad(&|c| c.zoned.as_mut().unwrap().zone_planes = 3, "zone_planes");
+        bad(&|c| c.zoned.as_mut().unwrap().max_open_zones = 9, "max_open_zones");
+        bad(&|c| c.firmware.buffer_bytes = 1 << 20, "buffer_bytes");
+        bad(&|c| c.firmware.slc_cache_bytes = 1 << 20, "slc_cache_bytes");
+        bad(&|c| c.firmware.ftl_policy = FtlPolicy::Mv, "ftl_policy");
+        bad(&|c| c.firmware.host_write_mb_per_s = -1.0, "host_write_mb_per_s");
+        // Two zones per plane group: a zone over 2 of tiny-zns's 4 planes.
+        let mut c = SsdConfig::preset("tiny-zns").unwrap();
+        c.zoned.as_mut().unwrap().zone_planes = 2;
+        c.zoned.as_mut().unwrap().zone_capacity_bytes = 768 << 10;
+        c.validate().unwrap();
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use flashrig_blockdev::{
     check_io, check_range, BlockDevice, DevError, DevResult, DeviceInfo, VendorCommand,
-    VendorReply, WriteHints,
+    VendorReply, WriteHints, ZoneCommand, ZoneReply,
 };
 use flashrig_metrics::{LatencyHistogram, Registry};
 use flashrig_runtime::{now_ns, runtime_kind, sleep_until_ns, RuntimeKind};
@@ -45,6 +45,8 @@ struct CommandLatency {
     read: Arc<Mutex<LatencyHistogram>>,
     write: Arc<Mutex<LatencyHistogram>>,
     convert: Arc<Mutex<LatencyHistogram>>,
+    /// Zone management commands of a zoned device (zone appends count as writes).
+    zone: Option<Arc<Mutex<LatencyHistogram>>>,
 }
 
 /// What a power cycle did, step by step.
@@ -70,7 +72,12 @@ impl Ssd {
         info.caps.convert = cfg.firmware.vendor_convert;
         info.caps.timing_only = cfg.payload != crate::config::PayloadMode::Full;
         info.optimal_io_blocks = (cfg.firmware.iu_bytes / cfg.firmware.block_bytes).max(1);
+        if let Some(table) = ctl.zones.as_ref() {
+            info.zones = Some(*table.geometry());
+            info.caps.zones = true;
+        }
         let metrics = Registry::new(name);
+        let zoned = info.zones.is_some();
         Ok(Ssd {
             info,
             cfg: cfg.clone(),
@@ -80,6 +87,8 @@ impl Ssd {
                 read: metrics.latency("read_ns"),
                 write: metrics.latency("write_ns"),
                 convert: metrics.latency("convert_ns"),
+                // Registered only on zoned devices, so other results keep their histograms.
+                zone: zoned.then(|| metrics.latency("zone_mgmt_ns")),
             },
             metrics,
         })
@@ -224,6 +233,12 @@ impl Ssd {
             set("mv_compacted_pages", f.mv_compacted_pages);
             set("mv_compacted_units", f.mv_compacted_units);
         }
+        // Only zoned namespaces publish zone counters, so other results keep their set.
+        if st.ctl.zones.is_some() {
+            set("zone_resets", f.zone_resets);
+            set("zone_finishes", f.zone_finishes);
+            set("zone_staged_saves", f.zone_staged_saves);
+        }
         set("block_erases", n.block_erases);
         set("nand_read_bytes", n.read_bytes);
         set("nand_program_bytes", n.program_bytes);
@@ -306,13 +321,42 @@ impl BlockDevice for Ssd {
         self.complete(sub).await
     }
 
+    /// On a zoned namespace a trim answers `Unsupported`: a zone's blocks are freed only by
+    /// resetting the zone, and a deallocation inside a zone would have to move the write
+    /// pointer backwards or leave a hole the zone model has no state for (Linux likewise
+    /// offers no discard on a zoned NVMe namespace). `Unsupported` rather than `Invalid`
+    /// because no arguments would make it succeed.
     async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
+        if self.info.zones.is_some() {
+            return Err(DevError::Unsupported { command: "trim on a zoned namespace" });
+        }
         check_range(&self.info, lba, num_blocks)?;
         if num_blocks == 0 {
             return Ok(());
         }
         let sub = self.submit(|c, t| c.trim(t, lba, num_blocks))?;
         self.complete(sub).await
+    }
+
+    /// Zone management and zone append on a zoned namespace (`[zoned]` in the configuration;
+    /// docs/ssd.md, "Zoned namespace"); `Unsupported` otherwise.
+    async fn zone(&self, cmd: ZoneCommand) -> DevResult<ZoneReply> {
+        if self.info.zones.is_none() {
+            return Err(DevError::Unsupported { command: "zone" });
+        }
+        let append = matches!(cmd, ZoneCommand::Append { .. });
+        let mut reply = None;
+        let sub = self.submit(|c, t| {
+            let (done, r) = c.zone(t, cmd)?;
+            reply = Some(r);
+            Ok(done)
+        })?;
+        match (append, self.lat.zone.as_ref()) {
+            (false, Some(h)) => self.record(h, sub.0),
+            _ => self.record(&self.lat.write, sub.0),
+        }
+        self.complete(sub).await?;
+        Ok(reply.expect("a submitted zone command replies"))
     }
 
     /// ScalaAFA's conversion command when `firmware.vendor_convert` is set (docs/ssd.md,

@@ -85,6 +85,13 @@ pub struct FtlCounters {
     /// MV-FTL compaction: partial units packed into those pages (each a new partial version
     /// of its unit, not counted in `mv_versions_written`).
     pub mv_compacted_units: u64,
+    /// Zoned namespace: zone resets (each erases the zone's blocks if any were programmed).
+    pub zone_resets: u64,
+    /// Zoned namespace: zone finishes.
+    pub zone_finishes: u64,
+    /// Zoned namespace: saves of a zone's staged units to the reserved SLC area by a flush or
+    /// FUA write without power-loss protection (`super::zoned`).
+    pub zone_staged_saves: u64,
 }
 
 /// The interface between the controller and a mapping scheme. The page map implements it;
@@ -138,6 +145,25 @@ pub trait Ftl: Send {
     }
     /// Makes the image file durable (a flush of a device with a backing file).
     fn sync_image(&mut self) {}
+    /// Makes what the FTL holds in DRAM durable (a flush or FUA write without power-loss
+    /// protection); returns when done. Only the zoned firmware stages data of its own.
+    fn sync_staged(&mut self, t_ns: u64) -> u64 {
+        t_ns
+    }
+    /// Zoned namespace: the physical part of a zone reset issued at `t_ns` (erasing the
+    /// zone's blocks); returns when done.
+    fn zone_reset(&mut self, t_ns: u64, _zone: u64) -> u64 {
+        t_ns
+    }
+    /// Zoned namespace: the physical part of a zone finish; returns when done.
+    fn zone_finish(&mut self, t_ns: u64, _zone: u64) -> u64 {
+        t_ns
+    }
+    /// Zoned namespace: each zone's written blocks and whether it was finished, as the media
+    /// (and the saved staging) hold them, for rebuilding the zone table after a power loss.
+    fn zone_media_state(&self) -> Vec<(u64, bool)> {
+        Vec::new()
+    }
 }
 
 /// The NAND image file of a device with a `backing` file, and each line's generation: bumped

@@ -48,6 +48,35 @@ impl Times {
     }
 }
 
+/// A throughput cap in one direction (`firmware.host_read_mb_per_s`, `host_write_mb_per_s`):
+/// data passes it one command after another at the capped rate, like a second, slower link.
+#[derive(Default)]
+struct Cap {
+    /// Picoseconds per byte; 0 leaves the direction uncapped.
+    ps_per_byte: u64,
+    free_ns: u64,
+}
+
+impl Cap {
+    fn new(mb_per_s: f64) -> Cap {
+        Cap {
+            ps_per_byte: if mb_per_s > 0.0 { (1e6 / mb_per_s).round() as u64 } else { 0 },
+            free_ns: 0,
+        }
+    }
+
+    /// Data that would be through at `done_ns` uncapped, whose transfer could start at
+    /// `t_ns`: when it is through the cap.
+    fn pass(&mut self, t_ns: u64, done_ns: u64, bytes: usize) -> u64 {
+        if self.ps_per_byte == 0 {
+            return done_ns;
+        }
+        let start = t_ns.max(self.free_ns);
+        self.free_ns = start + (bytes as u64 * self.ps_per_byte).div_ceil(1000);
+        done_ns.max(self.free_ns)
+    }
+}
+
 pub struct HostIf {
     depth: usize,
     /// Completion times of the commands in flight, per I/O queue (reactor).
@@ -63,6 +92,8 @@ pub struct HostIf {
     pub command_ns: u64,
     /// Commands that had to wait for a queue slot.
     pub queue_waits: u64,
+    read_cap: Cap,
+    write_cap: Cap,
 }
 
 impl HostIf {
@@ -77,7 +108,16 @@ impl HostIf {
             controller_free_ns: 0,
             command_ns,
             queue_waits: 0,
+            read_cap: Cap::default(),
+            write_cap: Cap::default(),
         }
+    }
+
+    /// Caps the data rate of reads and of writes (MB/s, 0: uncapped) on top of the link.
+    pub fn with_caps(mut self, read_mb_per_s: f64, write_mb_per_s: f64) -> HostIf {
+        self.read_cap = Cap::new(read_mb_per_s);
+        self.write_cap = Cap::new(write_mb_per_s);
+        self
     }
 
     /// When a command arriving at `t_ns` on the calling reactor's queue starts (after its
@@ -117,14 +157,14 @@ impl HostIf {
     pub fn to_device(&mut self, t_ns: u64, bytes: usize) -> u64 {
         let start = t_ns.max(self.to_device_free_ns);
         self.to_device_free_ns = start + self.xfer_ns(bytes);
-        self.to_device_free_ns
+        self.write_cap.pass(t_ns, self.to_device_free_ns, bytes)
     }
 
     /// Moves read data to the host from `t_ns`; returns when it has arrived.
     pub fn to_host(&mut self, t_ns: u64, bytes: usize) -> u64 {
         let start = t_ns.max(self.to_host_free_ns);
         self.to_host_free_ns = start + self.xfer_ns(bytes);
-        self.to_host_free_ns
+        self.read_cap.pass(t_ns, self.to_host_free_ns, bytes)
     }
 
     /// Power loss: nothing is in flight any more.
@@ -133,6 +173,8 @@ impl HostIf {
         self.to_device_free_ns = t_ns;
         self.to_host_free_ns = t_ns;
         self.controller_free_ns = t_ns;
+        self.read_cap.free_ns = t_ns;
+        self.write_cap.free_ns = t_ns;
     }
 }
 
@@ -168,6 +210,20 @@ mod tests {
         assert_eq!(h.to_device(0, 100), 100);
         assert_eq!(h.to_device(0, 100), 200);
         assert_eq!(h.to_host(0, 100), 100);
+    }
+
+    #[test]
+    fn caps_bound_each_direction_on_their_own() {
+        // An instant link capped at 1000 MB/s for reads and 500 MB/s for writes: 1 and 2 ns
+        // per byte, commands one after another.
+        let mut h = HostIf::new(64, 0.0, 0).with_caps(1000.0, 500.0);
+        assert_eq!(h.to_host(0, 100), 100);
+        assert_eq!(h.to_host(0, 100), 200);
+        assert_eq!(h.to_device(0, 100), 200);
+        assert_eq!(h.to_device(1000, 100), 1200);
+        // Uncapped, the link alone decides.
+        let mut free = HostIf::new(64, 1000.0, 0);
+        assert_eq!(free.to_device(0, 100), 100);
     }
 
     #[test]

@@ -18,8 +18,12 @@ pub mod gc;
 pub mod hostif;
 pub mod recover;
 pub mod slc;
+pub mod zoned;
 
-use flashrig_blockdev::{DevResult, WriteHints};
+use flashrig_blockdev::zones::ZoneTable;
+use flashrig_blockdev::{
+    DevError, DevResult, WriteHints, ZoneCommand, ZoneGeometry, ZoneReply, ZoneState,
+};
 
 use self::buffer::{BufEntry, ChipView, IdleChips, Lru, WriteBuffer};
 use self::ftl::{Ftl, IuWrite, PageMap, RecoveryStep};
@@ -116,6 +120,8 @@ pub struct Controller {
     pub engine: convert::Engine,
     /// What start-up from a NAND image file did (devices with a `backing` file).
     pub start_report: Option<Vec<RecoveryStep>>,
+    /// The zone state machine of a zoned namespace (`None`: the conventional interface).
+    pub zones: Option<ZoneTable>,
 }
 
 impl Controller {
@@ -147,13 +153,25 @@ impl Controller {
             }
             BufferPolicy::Mca => Box::new(buffer::mca::Mca::new(buffer_cap, full)),
         };
-        let mut ftl: Box<dyn Ftl> = Box::new(PageMap::new(cfg, layout.clone(), shape));
+        let zones = match (&cfg.zoned, layout.zones) {
+            (Some(z), Some(zl)) => Some(
+                ZoneTable::new(zone_geometry(z, &zl), zl.num_zones)
+                    .map_err(|e| format!("zoned: {e}"))?,
+            ),
+            _ => None,
+        };
+        let mut ftl: Box<dyn Ftl> = if zones.is_some() {
+            Box::new(zoned::ZoneMap::new(cfg, layout.clone(), shape))
+        } else {
+            Box::new(PageMap::new(cfg, layout.clone(), shape))
+        };
         let start_report = match &cfg.backing {
             Some(path) => Some(ftl.attach_image(path)?),
             None => None,
         };
         Ok(Controller {
-            hostif: HostIf::new(f.queue_depth, f.host_mb_per_s, f.command_ns),
+            hostif: HostIf::new(f.queue_depth, f.host_mb_per_s, f.command_ns)
+                .with_caps(f.host_read_mb_per_s, f.host_write_mb_per_s),
             buffer,
             buffer_cap,
             flush_at,
@@ -167,6 +185,7 @@ impl Controller {
             ius: Vec::new(),
             ftl,
             start_report,
+            zones,
             counters: HostCounters::default(),
             engine: convert::Engine::new(f.convert_engine_ns_per_kib),
             layout,
@@ -186,8 +205,24 @@ impl Controller {
         self.shape.md_bytes
     }
 
-    /// Writes `data` (whole blocks) at `lba`; returns when the command completes.
+    /// Writes `data` (whole blocks) at `lba`; returns when the command completes. On a zoned
+    /// namespace the zone table first checks the write against the zone's write pointer.
     pub fn write(
+        &mut self,
+        t0: u64,
+        lba: u64,
+        data: &[u8],
+        md: Option<&[u8]>,
+        hints: WriteHints,
+    ) -> DevResult<u64> {
+        if let Some(z) = self.zones.as_mut() {
+            z.write(lba, (data.len() / self.layout.block_bytes as usize) as u64)?;
+        }
+        self.write_accepted(t0, lba, data, md, hints)
+    }
+
+    /// The write path after any zone check.
+    fn write_accepted(
         &mut self,
         t0: u64,
         lba: u64,
@@ -207,6 +242,10 @@ impl Controller {
             let m =
                 md.map(|m| &m[p.offset * self.md_bytes()..][..p.count as usize * self.md_bytes()]);
             done = done.max(self.write_piece(t, p, d, m, flags, fua)?);
+        }
+        if fua && self.zones.is_some() {
+            // The zone's staged units are durable only once saved.
+            done = done.max(self.ftl.sync_staged(t));
         }
         self.counters.write_cmds += 1;
         self.counters.write_bytes += data.len() as u64;
@@ -480,6 +519,7 @@ impl Controller {
                 }
             }
             done = done.max(self.last_program_done_ns);
+            done = done.max(self.ftl.sync_staged(t));
         }
         self.ftl.sync_image();
         self.counters.flushes += 1;
@@ -518,10 +558,87 @@ impl Controller {
         step
     }
 
-    /// Rebuilds the FTL from the media at power-on `t`.
+    /// Rebuilds the FTL from the media at power-on `t`, and a zoned namespace's zone table
+    /// from what the FTL found: open zones come back closed (`ZoneTable::restore`).
     pub fn recover(&mut self, t: u64) -> Vec<RecoveryStep> {
         self.last_program_done_ns = t;
-        self.ftl.recover(t)
+        let mut steps = self.ftl.recover(t);
+        if let Some(table) = self.zones.as_mut() {
+            let mut fresh = ZoneTable::new(*table.geometry(), table.num_zones())
+                .expect("the geometry was valid before");
+            let mut failed = Vec::new();
+            for (zone, (written, finished)) in self.ftl.zone_media_state().into_iter().enumerate() {
+                if let Err(e) = fresh.restore(zone as u64, written, finished) {
+                    failed.push(format!("zone {zone}: {e}"));
+                }
+            }
+            let count =
+                |s: ZoneState| (0..fresh.num_zones()).filter(|&z| fresh.state(z) == s).count();
+            let detail = format!(
+                "{} closed, {} full, {} empty{}",
+                count(ZoneState::Closed),
+                count(ZoneState::Full),
+                count(ZoneState::Empty),
+                if failed.is_empty() { String::new() } else { format!("; {}", failed.join("; ")) }
+            );
+            *table = fresh;
+            // Before "resume", the last step.
+            let at = steps.len().saturating_sub(1);
+            steps.insert(at, RecoveryStep { name: "restore_zones", detail });
+        }
+        steps
+    }
+
+    /// A zone management command or zone append at `t0`; returns when it completes and its
+    /// reply. Management commands cost the controller's command time, a reset the erase of
+    /// the zone's blocks, a finish the program of the zone's staged units.
+    pub fn zone(&mut self, t0: u64, cmd: ZoneCommand) -> DevResult<(u64, ZoneReply)> {
+        if self.zones.is_none() {
+            return Err(DevError::Unsupported { command: "zone" });
+        }
+        if let ZoneCommand::Append { zone, data } = &cmd {
+            let bs = self.block_bytes();
+            if data.is_empty() || !data.len().is_multiple_of(bs) {
+                return Err(DevError::Misaligned { len_bytes: data.len(), block_size: bs as u32 });
+            }
+            let table = self.zones.as_mut().expect("checked above");
+            let lba = table.append(*zone, (data.len() / bs) as u64)?;
+            let done = self.write_accepted(t0, lba, data, None, WriteHints::NONE)?;
+            return Ok((done, ZoneReply::Appended { lba }));
+        }
+        let table = self.zones.as_mut().expect("checked above");
+        let mut reply = ZoneReply::Done;
+        let physical = match cmd {
+            ZoneCommand::Report { first_zone, max_zones } => {
+                reply = ZoneReply::Zones(table.report(first_zone, max_zones)?);
+                None
+            }
+            ZoneCommand::Reset { zone } => {
+                table.reset(zone)?;
+                Some((zone, true))
+            }
+            ZoneCommand::Finish { zone } => {
+                table.finish(zone)?;
+                Some((zone, false))
+            }
+            ZoneCommand::Open { zone } => {
+                table.open(zone)?;
+                None
+            }
+            ZoneCommand::Close { zone } => {
+                table.close(zone)?;
+                None
+            }
+            ZoneCommand::Append { .. } => unreachable!("handled above"),
+        };
+        let t = self.hostif.admit(t0);
+        let done = match physical {
+            Some((zone, true)) => self.ftl.zone_reset(t, zone),
+            Some((zone, false)) => self.ftl.zone_finish(t, zone),
+            None => t,
+        };
+        self.hostif.complete(done);
+        Ok((done, reply))
     }
 
     /// Units in the write buffer.
@@ -532,6 +649,16 @@ impl Controller {
     /// What the write buffer's replacement policy counts about its choices.
     pub fn buffer_stats(&self) -> buffer::PolicyStats {
         self.buffer.stats()
+    }
+}
+
+/// The zone geometry a `[zoned]` table exports.
+pub fn zone_geometry(z: &crate::config::Zoned, zl: &crate::config::ZoneLayout) -> ZoneGeometry {
+    ZoneGeometry {
+        zone_blocks: zl.zone_blocks,
+        zone_capacity_blocks: zl.zone_capacity_blocks,
+        max_open_zones: z.max_open_zones,
+        max_active_zones: z.max_active_zones,
     }
 }
 

@@ -11,7 +11,7 @@
 //! stride so that splitting an address is a shift (address arithmetic runs for every NAND
 //! operation, and a division costs more than the rest of it).
 
-use crate::config::SsdConfig;
+use crate::config::{SsdConfig, ZoneLayout};
 
 /// Where one page of a line is: the plane (index into the timer's plane timelines), the
 /// channel it transfers over, and the page number inside its block.
@@ -58,6 +58,8 @@ pub struct Layout {
     /// log2 of `slots_per_page` and of `pages_per_slot` (both powers of two).
     spp_bits: u32,
     pps_bits: u32,
+    /// The zones of a zoned namespace (`None`: the conventional block interface).
+    pub zones: Option<ZoneLayout>,
     /// Where each page of a line is, precomputed (empty for geometries too large to table,
     /// which compute it instead).
     page_table: Vec<PageAddr>,
@@ -109,11 +111,23 @@ impl Layout {
         }
         let dense_lines = (lines - slc_lines) as u64;
         let dense_slots = dense_lines * slots_native;
-        let logical_ius = (dense_slots as f64 / (1.0 + f.over_provisioning_percent / 100.0)) as u64;
+        let zones = match &cfg.zoned {
+            Some(z) => Some(z.layout(g, f.block_bytes, f.iu_bytes)?),
+            None => None,
+        };
+        // A zoned namespace exports every zone, holes past each zone's capacity included, and
+        // keeps no spare lines: without device GC, over-provisioning has no use.
+        let logical_ius = match &zones {
+            // Saturating: a namespace too large to address is refused just below.
+            Some(z) => {
+                z.num_zones.saturating_mul(z.zone_blocks * f.block_bytes as u64 / f.iu_bytes as u64)
+            }
+            None => (dense_slots as f64 / (1.0 + f.over_provisioning_percent / 100.0)) as u64,
+        };
         let logical_lines = logical_ius.div_ceil(slots_native);
         let spare = dense_lines.saturating_sub(logical_lines);
         let needed = f.gc_background_free_lines.max(f.gc_foreground_free_lines) as u64 + 3;
-        if spare < needed {
+        if zones.is_none() && spare < needed {
             return Err(format!(
                 "firmware.over_provisioning_percent = {}: leaves {spare} spare lines of {} \
                  dense lines; garbage collection needs at least {needed} (its free-line \
@@ -159,6 +173,7 @@ impl Layout {
             slot_bits,
             spp_bits: slots_per_page.trailing_zeros(),
             pps_bits: pages_per_slot.trailing_zeros(),
+            zones,
             page_table: Vec::new(),
         };
         if line_pages_native <= PAGE_TABLE_MAX {
@@ -197,13 +212,18 @@ impl Layout {
     }
 
     fn compute_page_addr(&self, page: u32) -> PageAddr {
-        let unit = page % self.planes;
+        self.unit_page_addr(page % self.planes, page / self.planes)
+    }
+
+    /// Where page `page_in_block` of the block on plane unit `unit` is; units number the
+    /// planes in a line's fill order (channel fastest, then die, then plane), so any run of
+    /// consecutive units spreads over the channels first.
+    pub fn unit_page_addr(&self, unit: u32, page_in_block: u32) -> PageAddr {
         let channel = unit % self.channels;
         let rest = unit / self.channels;
         let die_in_channel = rest % self.dies_per_channel;
         let plane_in_die = rest / self.dies_per_channel;
         let die = channel * self.dies_per_channel + die_in_channel;
-        let page_in_block = page / self.planes;
         PageAddr {
             plane: die * self.planes_per_die + plane_in_die,
             channel,
