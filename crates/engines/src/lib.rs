@@ -13,12 +13,14 @@ pub mod raid;
 pub mod scala;
 pub mod stripe;
 pub mod twophase;
+pub mod wbcache;
 
 pub use concat::Concat;
 pub use raid::{Raid, RaidOptions};
 pub use scala::{Scala, ScalaOptions};
 pub use stripe::Stripe;
 pub use twophase::{Twophase, TwophaseOptions};
+pub use wbcache::{Wbcache, WbcacheOptions};
 
 use flashrig_blockdev::{DevError, DevRef, DevResult};
 

@@ -540,6 +540,9 @@ pub fn describe_device(d: &DeviceConfig) -> String {
         DeviceConfig::Concat(c) => {
             format!("concat over {}", describe_members(&c.members, &c.member, c.width))
         }
+        DeviceConfig::Wbcache(w) => {
+            format!("wbcache({} lines) over {}", w.line, describe_members(&w.members, &None, None))
+        }
         DeviceConfig::Raid(r) => format!(
             "raid({}+{}, {}) over {}",
             r.k,

@@ -72,6 +72,12 @@ pub fn serving_config(mut cfg: Config, opts: &ServeOptions) -> Config {
             }
             DeviceConfig::Stripe(s) => (&mut s.members, &mut s.member),
             DeviceConfig::Concat(c) => (&mut c.members, &mut c.member),
+            DeviceConfig::Wbcache(w) => {
+                for m in w.members.iter_mut() {
+                    visit(m, format);
+                }
+                return;
+            }
             DeviceConfig::Raid(r) => (&mut r.members, &mut r.member),
             DeviceConfig::Ram(_)
             | DeviceConfig::File(_)

@@ -8,7 +8,9 @@ use flashrig_blockdev::DevRef;
 use flashrig_devices::{FileDevice, FileOptions, NbdDevice, NbdOptions, NbdUri, RamDevice};
 use flashrig_engines::raid::WriteMode;
 use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions};
-use flashrig_engines::{Concat, Raid, RaidOptions, Stripe, Twophase, TwophaseOptions};
+use flashrig_engines::{
+    Concat, Raid, RaidOptions, Stripe, Twophase, TwophaseOptions, Wbcache, WbcacheOptions,
+};
 use flashrig_runtime::cost::SharedLockModel;
 use flashrig_runtime::HostCosts;
 use flashrig_ssd::Ssd;
@@ -41,6 +43,7 @@ fn default_name(cfg: &DeviceConfig, index: Option<usize>) -> String {
         DeviceConfig::Twophase(_) => "twophase",
         DeviceConfig::Scala(_) => "scala",
         DeviceConfig::Nbd(_) => "nbd",
+        DeviceConfig::Wbcache(_) => "wbcache",
     };
     match index {
         Some(i) => format!("{kind}{i}"),
@@ -91,6 +94,35 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
             Arc::new(
                 Stripe::new(&name, members, s.chunk.bytes() / bs).map_err(|e| stack_err(at, e))?,
             )
+        }
+        DeviceConfig::Wbcache(w) => {
+            let name = w.name.clone().unwrap_or_else(|| default.to_string());
+            if w.members.len() != 2 {
+                return Err(Error::Stack(format!(
+                    "{at}.members: wbcache needs exactly 2 members (cache, core), got {}",
+                    w.members.len()
+                )));
+            }
+            let members = build_members(&w.members, &None, None, at).await?;
+            let bs = members[0].info().block_size as u64;
+            if w.line.bytes() % bs != 0 {
+                return Err(Error::Stack(format!(
+                    "{at}.line = {}: not a multiple of the members' {bs}-byte block",
+                    w.line
+                )));
+            }
+            let opts = WbcacheOptions {
+                line_bytes: w.line.bytes(),
+                cleaning: w.cleaning,
+                wake_up_ns: w.wake_up_s * 1_000_000_000,
+                staleness_ns: w.staleness_time_s * 1_000_000_000,
+                flush_max_buffers: w.flush_max_buffers,
+                activity_threshold_ns: w.activity_threshold_ms * 1_000_000,
+                seq_cutoff_policy: w.seq_cutoff_policy,
+                seq_cutoff_threshold_bytes: w.seq_cutoff_threshold.bytes(),
+                ..WbcacheOptions::default()
+            };
+            Arc::new(Wbcache::new(&name, members, opts).map_err(|e| stack_err(at, e))?)
         }
         DeviceConfig::Concat(c) => {
             let name = c.name.clone().unwrap_or_else(|| default.to_string());
