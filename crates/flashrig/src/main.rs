@@ -238,6 +238,10 @@ enum ServeCommand {
         /// The export's name (clients asking for "" get it too).
         #[arg(long, default_value = "flashrig")]
         name: String,
+        /// Also export the device split into N equal partitions, named `<name>-0` ...
+        /// `<name>-(N-1)` (LVM-like volumes; CSAL's tenants). The last takes the remainder.
+        #[arg(long, default_value_t = 0)]
+        partitions: u64,
     },
     /// The stack as one file in a FUSE mount (for a loop device and a kernel file system).
     Fuse {
@@ -1019,7 +1023,7 @@ fn debug(cmd: DebugCommand) -> Result<(), Error> {
 fn serve(frontend: ServeCommand) -> Result<(), Error> {
     use flashrig::serve::{serve, ServeOptions, StartFrontend};
     let (common, start): (ServeArgs, StartFrontend) = match frontend {
-        ServeCommand::Nbd { common, socket, tcp, name } => {
+        ServeCommand::Nbd { common, socket, tcp, name, partitions } => {
             use flashrig_serve::nbd::{Listen, NbdConfig};
             let listen = match (socket, tcp) {
                 (Some(p), _) => Listen::Unix(p),
@@ -1031,7 +1035,7 @@ fn serve(frontend: ServeCommand) -> Result<(), Error> {
                 }
             };
             let description = format!("flashrig {}", common.config.display());
-            let cfg = NbdConfig { listen, export_name: name, description };
+            let cfg = NbdConfig { listen, export_name: name, description, partitions };
             (common, Box::new(move |ex| flashrig_serve::nbd::start(ex, cfg)))
         }
         ServeCommand::Fuse { common, mountpoint, file_name } => {

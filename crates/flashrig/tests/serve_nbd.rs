@@ -4,7 +4,8 @@
 //! replies, nbdcopy copies both ways, fio's nbd engine verifies its own writes over two
 //! connections; SIGTERM with a client connected ends the server with status 0 after a flush;
 //! what a client flushed survives a SIGKILL of the server (raid and scala over files, found
-//! again when the server restarts); bad configurations and addresses exit with status 2.
+//! again when the server restarts); bad configurations and addresses exit with status 2;
+//! `--partitions` exports that nbdinfo lists and qemu-io writes into, each at its own offset.
 //!
 //! Method: the real binary serves a TOML configuration from a scratch directory, on a Unix
 //! socket or TCP on a free loopback port; the test waits for its "serving ... at URI" line on
@@ -536,4 +537,44 @@ fn sigusr1_scrubs_a_served_raid_and_heals_a_rotted_member_file() {
     let mut byte = [0xFFu8];
     member.read_at(&mut byte, 5 * 4096 + 17).unwrap();
     assert_eq!(byte[0], 0, "the rotted byte is rewritten");
+}
+
+#[test]
+fn partition_exports_are_listed_by_nbdinfo_and_written_by_qemu_io() {
+    require!("nbdinfo", "qemu-io");
+    let dir = scratch();
+    let sock = dir.path().join("s");
+    let server = Server::start(
+        dir.path(),
+        RAM_64M,
+        Where::Socket(&sock),
+        &["--name", "vm", "--partitions", "4"],
+    );
+    let list = run("nbdinfo", &["--list", &server.uri]);
+    for name in ["vm", "vm-0", "vm-1", "vm-2", "vm-3"] {
+        assert!(list.contains(&format!("export=\"{name}\"")), "{name}: {list}");
+    }
+    let uri = |name: &str| format!("nbd+unix:///{name}?socket={}", sock.display());
+    let v: serde_json::Value =
+        serde_json::from_str(&run("nbdinfo", &["--json", &uri("vm-2")])).unwrap();
+    assert_eq!(v["exports"][0]["export-size"], 16u64 << 20, "{v}");
+    // Written through partition 2 at 100, read back through the whole device 32 MiB later.
+    let out =
+        run("qemu-io", &["-f", "raw", "-c", "write -P 0x5a 100 5000", "-c", "flush", &uri("vm-2")]);
+    assert!(out.contains("wrote 5000/5000"), "{out}");
+    let at = (32u64 << 20) + 100;
+    let out = run(
+        "qemu-io",
+        &[
+            "-f",
+            "raw",
+            "-c",
+            &format!("read -P 0x5a {at} 5000"),
+            "-c",
+            "read -P 0 0 4096",
+            &uri("vm"),
+        ],
+    );
+    assert!(!out.contains("Pattern verification failed"), "{out}");
+    server.stop();
 }

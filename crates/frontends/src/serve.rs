@@ -78,6 +78,7 @@ pub fn serving_config(mut cfg: Config, opts: &ServeOptions) -> Config {
                 }
                 return;
             }
+            DeviceConfig::Zoned(z) => return visit(&mut z.member, format),
             DeviceConfig::Raid(r) => (&mut r.members, &mut r.member),
             DeviceConfig::Ram(_)
             | DeviceConfig::File(_)

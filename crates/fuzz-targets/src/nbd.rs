@@ -85,6 +85,7 @@ fn servers() -> &'static Servers {
                             listen: Listen::Unix(path),
                             export_name: EXPORT_NAME.into(),
                             description: "a RAM disk under fuzzing".into(),
+                            partitions: 0,
                         };
                         servers.push(start(export, cfg).expect("the NBD server starts"));
                     }

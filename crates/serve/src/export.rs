@@ -16,7 +16,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use flashrig_blockdev::{DevError, DevRef, WriteHints, ZoneError};
+use flashrig_blockdev::{BlockDevice, DevError, DevRef, WriteHints, ZoneError};
 use flashrig_engines::raid::locks::StripeLocks;
 use flashrig_runtime::real::Handle;
 use thiserror::Error;
@@ -141,10 +141,17 @@ pub struct Export {
     /// The stack makes a write durable at completion when asked (else FUA is a write and a
     /// flush).
     fua_native: bool,
-    partial: StripeLocks,
-    inflight: AtomicU64,
-    closing: AtomicBool,
-    pub counters: ExportCounters,
+    /// Read-modify-write locks by block of the device below the whole export, shared with
+    /// the export's partitions so that sub-block writes through two views of one block are
+    /// serialised too.
+    partial: Arc<StripeLocks>,
+    /// Added to a block number before locking it: where this view starts on the whole device.
+    lock_base_blocks: u64,
+    /// In-flight accounting, shutdown and counters are the whole export's, shared by its
+    /// partitions: a shutdown drains and reports every view.
+    inflight: Arc<AtomicU64>,
+    closing: Arc<AtomicBool>,
+    pub counters: Arc<ExportCounters>,
 }
 
 /// What a frontend is called back with when its request completes (on a reactor thread).
@@ -163,11 +170,46 @@ impl Export {
             handle,
             block_bytes,
             read_only,
-            partial: StripeLocks::default(),
-            inflight: AtomicU64::new(0),
-            closing: AtomicBool::new(false),
-            counters: ExportCounters::default(),
+            partial: Arc::new(StripeLocks::default()),
+            lock_base_blocks: 0,
+            inflight: Arc::new(AtomicU64::new(0)),
+            closing: Arc::new(AtomicBool::new(false)),
+            counters: Arc::new(ExportCounters::default()),
         })
+    }
+
+    /// The export's device split into `count` equal partitions (the last takes the
+    /// remainder), each an export of its own named `{prefix}{i}`, sharing this export's
+    /// shutdown, in-flight count, counters and sub-block write locks.
+    pub fn partitions(
+        self: &Arc<Self>,
+        prefix: &str,
+        count: u64,
+    ) -> Result<Vec<Arc<Export>>, DevError> {
+        let parts = flashrig_engines::Partition::split(prefix, &self.dev, count)?;
+        Ok(parts
+            .into_iter()
+            .map(|p| {
+                let lock_base_blocks = self.lock_base_blocks + p.first_block();
+                let name = p.info().name.clone();
+                let dev: DevRef = Arc::new(p);
+                let info = dev.info();
+                Arc::new(Export {
+                    name,
+                    size_bytes: info.num_blocks * self.block_bytes,
+                    fua_native: info.caps.fua,
+                    dev,
+                    handle: self.handle.clone(),
+                    block_bytes: self.block_bytes,
+                    read_only: self.read_only,
+                    partial: self.partial.clone(),
+                    lock_base_blocks,
+                    inflight: self.inflight.clone(),
+                    closing: self.closing.clone(),
+                    counters: self.counters.clone(),
+                })
+            })
+            .collect())
     }
 
     pub fn name(&self) -> &str {
@@ -380,7 +422,7 @@ impl Export {
         let b0 = block * bs;
         let from = offset.max(b0);
         let to = end.min(b0 + bs);
-        let _held = self.partial.lock(block).await;
+        let _held = self.partial.lock(self.lock_base_blocks + block).await;
         self.counters.partial_blocks.fetch_add(1, Ordering::Relaxed);
         let mut buf = vec![0u8; bs as usize];
         self.dev.read(block, &mut buf, None).await?;

@@ -6,7 +6,8 @@
 //! negotiation going on, a hang-up on a bad magic that leaves other connections alone, a
 //! read-only export, two connections at once, bulk requests run on another reactor than their
 //! connection's, a shutdown that answers the requests in flight, and large payloads that
-//! arrive in pieces or never arrive whole.
+//! arrive in pieces or never arrive whole; partition exports (`--partitions`, CSAL's tenants)
+//! listed, chosen by name, each addressing its own window of the device.
 //!
 //! Method: a hand-written client over a raw Unix socket (no NBD library between the test and
 //! the wire) against `nbd::start` on an export over a RAM disk, on the real runtime. The
@@ -46,9 +47,11 @@ struct Setup {
     read_only: bool,
     reactors: usize,
     latency_ns: u64,
+    /// Partition exports beside the whole device's.
+    partitions: u64,
 }
 
-const PLAIN: Setup = Setup { read_only: false, reactors: 2, latency_ns: 0 };
+const PLAIN: Setup = Setup { read_only: false, reactors: 2, latency_ns: 0, partitions: 0 };
 
 /// Runs `client` against a server over a fresh RAM disk; returns what the export holds at the
 /// end (read after the shutdown, so it shows what the requests left on the stack).
@@ -67,6 +70,7 @@ where
             listen: Listen::Unix(path.clone()),
             export_name: NAME.into(),
             description: "a RAM disk for the protocol tests".into(),
+            partitions: setup.partitions,
         };
         let mut server = start(export.clone(), cfg).expect("server starts");
         assert!(server.describe().starts_with("nbd+unix:///test?socket="), "{}", server.describe());
@@ -906,4 +910,40 @@ fn a_payload_arriving_in_pieces_is_read_whole_and_a_half_sent_one_writes_nothing
         assert!(c.closed(), "the server closes the connection of the unfinished write");
     });
     assert!(end[512 << 10..1 << 20].iter().all(|&b| b == 0), "unfinished writes wrote nothing");
+}
+
+#[test]
+fn partition_exports_are_listed_and_each_addresses_its_own_window() {
+    let setup = Setup { partitions: 3, ..PLAIN };
+    let disk = with_server(setup, |env| {
+        let mut c = Client::start(&env, FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES);
+        c.option(OPT_LIST, &[]);
+        let (servers, last) = c.option_replies(OPT_LIST);
+        assert_eq!(last, REP_ACK);
+        let names: Vec<String> = servers
+            .iter()
+            .map(|(_, d)| String::from_utf8(d[4..4 + be32(&d[0..4]) as usize].to_vec()).unwrap())
+            .collect();
+        assert_eq!(names, ["test", "test-0", "test-1", "test-2"]);
+        // INFO on a partition names it and gives its size (256 blocks in 85, 85 and 86).
+        c.option(OPT_INFO, &Client::go_data("test-2", &[INFO_NAME]));
+        let (infos, _) = c.option_replies(OPT_INFO);
+        let name = infos.iter().find(|(_, d)| u16::from_be_bytes([d[0], d[1]]) == INFO_NAME);
+        assert_eq!(&name.unwrap().1[2..], b"test-2");
+        c.option(OPT_GO, &Client::go_data("test-9", &[]));
+        assert_eq!(c.option_reply(OPT_GO).0, REP_ERR_UNKNOWN);
+        let (size, _) = c.go("test-1");
+        assert_eq!(size, 85 * BLOCK);
+        // An unaligned write through the partition lands at its window's offset.
+        assert_eq!(c.write_at(100, &pattern(5000, 3), 0), 0);
+        assert_eq!(c.read_at(100, 5000), pattern(5000, 3));
+        assert_ne!(c.call(0, CMD_READ, 85 * BLOCK - 512, 1024, &[]).error, 0, "past its end");
+        c.disconnect();
+        let mut last = Client::start(&env, FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES);
+        assert_eq!(last.go("test-2").0, 86 * BLOCK);
+        assert_eq!(last.write_at(0, &pattern(4096, 9), 0), 0);
+        last.disconnect();
+    });
+    assert_eq!(&disk[(85 * BLOCK + 100) as usize..][..5000], pattern(5000, 3).as_slice());
+    assert_eq!(&disk[(170 * BLOCK) as usize..][..4096], pattern(4096, 9).as_slice());
 }

@@ -166,6 +166,7 @@ pub fn reduce_device(d: &mut DeviceConfig, div: (u64, u64)) -> Result<(), String
             }
             return Ok(());
         }
+        DeviceConfig::Zoned(z) => return reduce_device(&mut z.member, div),
         DeviceConfig::Ram(_) | DeviceConfig::File(_) | DeviceConfig::Nbd(_) => return Ok(()),
     };
     for m in members.iter_mut() {

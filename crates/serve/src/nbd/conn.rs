@@ -78,6 +78,7 @@ pub fn serve(ctx: Arc<ConnCtx>, sock: Sock) {
     let mut inb = InBuf::new(READ_BUFFER);
     match handshake(&ctx, &sock, &mut inb) {
         Ok(Some(neg)) => {
+            let ctx = Arc::new(ctx.with_export(neg.export));
             if let Err(e) = transmission(&ctx, &sock, inb, neg) {
                 ctx.log(&format!("connection failed: {e}"));
             }

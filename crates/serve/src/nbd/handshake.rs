@@ -28,6 +28,8 @@ pub struct Negotiated {
     pub structured: bool,
     /// The id of `base:allocation` when the client selected it.
     pub meta_context: Option<u32>,
+    /// Which of the server's exports the client chose (0: the whole device).
+    pub export: usize,
 }
 
 /// A failure of the handshake worth a line in the log (the caller adds the peer).
@@ -119,14 +121,15 @@ pub fn handshake(ctx: &ConnCtx, sock: &Sock, inb: &mut InBuf) -> io::Result<Opti
                 if stopping {
                     return Err(refuse("NBD_OPT_EXPORT_NAME while shutting down".into()));
                 }
-                if !ctx.is_our_name(&data) {
+                let Some(chosen) = ctx.find_export(&data) else {
                     // This option cannot be answered with an error: the spec says hang up.
                     return Err(refuse(format!(
                         "NBD_OPT_EXPORT_NAME for unknown export {:?}",
                         String::from_utf8_lossy(&data)
                     )));
-                }
-                out.extend_from_slice(&ctx.export.size_bytes().to_be_bytes());
+                };
+                neg.export = chosen;
+                out.extend_from_slice(&ctx.export_at(chosen).size_bytes().to_be_bytes());
                 out.extend_from_slice(&transmission_flags(ctx, &neg).to_be_bytes());
                 if !no_zeroes {
                     out.extend_from_slice(&[0u8; 124]);
@@ -145,11 +148,13 @@ pub fn handshake(ctx: &ConnCtx, sock: &Sock, inb: &mut InBuf) -> io::Result<Opti
             }
             OPT_LIST => {
                 if data.is_empty() {
-                    let name = ctx.cfg.export_name.as_bytes();
-                    let mut d = Vec::with_capacity(4 + name.len());
-                    d.extend_from_slice(&(name.len() as u32).to_be_bytes());
-                    d.extend_from_slice(name);
-                    option_reply(&mut out, option, REP_SERVER, &d);
+                    for name in ctx.export_names() {
+                        let name = name.as_bytes();
+                        let mut d = Vec::with_capacity(4 + name.len());
+                        d.extend_from_slice(&(name.len() as u32).to_be_bytes());
+                        d.extend_from_slice(name);
+                        option_reply(&mut out, option, REP_SERVER, &d);
+                    }
                     option_reply(&mut out, option, REP_ACK, &[]);
                 } else {
                     error_reply(&mut out, option, REP_ERR_INVALID, "NBD_OPT_LIST takes no data");
@@ -159,7 +164,7 @@ pub fn handshake(ctx: &ConnCtx, sock: &Sock, inb: &mut InBuf) -> io::Result<Opti
                 error_reply(&mut out, option, REP_ERR_POLICY, "this server does not offer TLS");
             }
             OPT_INFO | OPT_GO => {
-                if info(ctx, &neg, option, &data, &mut out) && option == OPT_GO {
+                if info(ctx, &mut neg, option, &data, &mut out) && option == OPT_GO {
                     sock.write_all(&out)?;
                     return Ok(Some(neg));
                 }
@@ -215,7 +220,7 @@ fn take_string<'a>(data: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
 
 /// NBD_OPT_INFO and NBD_OPT_GO: the export's details, then ACK. Returns whether the export
 /// was found and the details sent.
-fn info(ctx: &ConnCtx, neg: &Negotiated, option: u32, data: &[u8], out: &mut Vec<u8>) -> bool {
+fn info(ctx: &ConnCtx, neg: &mut Negotiated, option: u32, data: &[u8], out: &mut Vec<u8>) -> bool {
     let mut at = 0;
     let parsed = take_string(data, &mut at).and_then(|name| {
         let n = data.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]))? as usize;
@@ -230,20 +235,25 @@ fn info(ctx: &ConnCtx, neg: &Negotiated, option: u32, data: &[u8], out: &mut Vec
         error_reply(out, option, REP_ERR_INVALID, "malformed NBD_OPT_INFO/GO data");
         return false;
     };
-    if !ctx.is_our_name(name) {
+    let Some(chosen) = ctx.find_export(name) else {
         let msg = format!(
-            "no export named {:?} (this server has {:?})",
+            "no export named {:?} (this server has {})",
             String::from_utf8_lossy(name),
-            ctx.cfg.export_name
+            ctx.export_names().iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
         );
         error_reply(out, option, REP_ERR_UNKNOWN, &msg);
         return false;
+    };
+    // INFO only asks; GO chooses (the last GO is the one that counts).
+    if option == OPT_GO {
+        neg.export = chosen;
     }
+    let export = ctx.export_at(chosen);
     // NBD_INFO_EXPORT always; block sizes always (a server may send them unasked, and clients
     // that know them avoid requests we would refuse); name and description when asked.
     let mut d = Vec::with_capacity(16);
     d.extend_from_slice(&INFO_EXPORT.to_be_bytes());
-    d.extend_from_slice(&ctx.export.size_bytes().to_be_bytes());
+    d.extend_from_slice(&export.size_bytes().to_be_bytes());
     d.extend_from_slice(&transmission_flags(ctx, neg).to_be_bytes());
     option_reply(out, option, REP_INFO, &d);
     let (min, pref, max) = block_sizes(ctx);
@@ -256,7 +266,7 @@ fn info(ctx: &ConnCtx, neg: &Negotiated, option: u32, data: &[u8], out: &mut Vec
     if wanted.contains(&INFO_NAME) {
         d.clear();
         d.extend_from_slice(&INFO_NAME.to_be_bytes());
-        d.extend_from_slice(ctx.cfg.export_name.as_bytes());
+        d.extend_from_slice(ctx.export_names()[chosen].as_bytes());
         option_reply(out, option, REP_INFO, &d);
     }
     if wanted.contains(&INFO_DESCRIPTION) && !ctx.cfg.description.is_empty() {
@@ -299,7 +309,7 @@ fn meta_context(ctx: &ConnCtx, neg: &mut Negotiated, option: u32, data: &[u8], o
         error_reply(out, option, REP_ERR_INVALID, "malformed meta context data");
         return;
     };
-    if !ctx.is_our_name(name) {
+    if ctx.find_export(name).is_none() {
         let msg = format!("no export named {:?}", String::from_utf8_lossy(name));
         error_reply(out, option, REP_ERR_UNKNOWN, &msg);
         return;

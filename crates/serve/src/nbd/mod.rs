@@ -52,6 +52,10 @@ pub struct NbdConfig {
     pub export_name: String,
     /// A human description sent with NBD_INFO_DESCRIPTION.
     pub description: String,
+    /// Also export the device split into this many equal partitions, named
+    /// `{export_name}-{i}` (0: none). CSAL's tenants are such partitions
+    /// (crates/engines/src/partition.rs).
+    pub partitions: u64,
 }
 
 /// How long `finish` waits for a connection to send its last replies before it cuts it off
@@ -61,6 +65,8 @@ const FINISH_GRACE: Duration = Duration::from_secs(10);
 /// What every connection shares.
 struct Shared {
     export: Arc<Export>,
+    /// The partition exports, after the whole device's.
+    partitions: Vec<Arc<Export>>,
     handle: Handle,
     cfg: NbdConfig,
     stopping: AtomicBool,
@@ -97,9 +103,42 @@ impl ConnCtx {
         self.shared.stopping.load(Ordering::Acquire)
     }
 
-    /// The configured name and the default name "" select the export.
-    fn is_our_name(&self, name: &[u8]) -> bool {
-        name.is_empty() || name == self.cfg.export_name.as_bytes()
+    /// The export a name selects: the configured name and the default name "" select the
+    /// whole device (0), a partition's name that partition (1 and on).
+    fn find_export(&self, name: &[u8]) -> Option<usize> {
+        if name.is_empty() || name == self.cfg.export_name.as_bytes() {
+            return Some(0);
+        }
+        self.shared.partitions.iter().position(|p| p.name().as_bytes() == name).map(|i| i + 1)
+    }
+
+    /// Export `i` as [`find_export`](Self::find_export) numbers them.
+    fn export_at(&self, i: usize) -> &Arc<Export> {
+        if i == 0 {
+            &self.shared.export
+        } else {
+            &self.shared.partitions[i - 1]
+        }
+    }
+
+    /// Every export's name, the whole device's first.
+    fn export_names(&self) -> Vec<String> {
+        let mut names = vec![self.cfg.export_name.clone()];
+        names.extend(self.shared.partitions.iter().map(|p| p.name().to_string()));
+        names
+    }
+
+    /// This connection's context serving export `i` (chosen in the handshake).
+    fn with_export(&self, i: usize) -> ConnCtx {
+        ConnCtx {
+            shared: self.shared.clone(),
+            export: self.export_at(i).clone(),
+            handle: self.handle.clone(),
+            cfg: self.cfg.clone(),
+            id: self.id,
+            reactor: self.reactor,
+            peer: self.peer.clone(),
+        }
     }
 
     fn log(&self, msg: &str) {
@@ -238,8 +277,16 @@ pub fn start(export: Arc<Export>, cfg: NbdConfig) -> std::io::Result<Box<dyn Fro
             (Listener::Tcp(l), format!("nbd://{local}/{name}"), None)
         }
     };
+    let partitions = if cfg.partitions > 0 {
+        export
+            .partitions(&format!("{}-", cfg.export_name), cfg.partitions)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?
+    } else {
+        Vec::new()
+    };
     let shared = Arc::new(Shared {
         export,
+        partitions,
         handle,
         cfg,
         stopping: AtomicBool::new(false),
