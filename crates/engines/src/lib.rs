@@ -6,6 +6,7 @@
 
 mod bufpool;
 pub mod concat;
+pub mod dmzoned;
 mod fanout;
 pub mod latency;
 pub mod layout;
@@ -18,6 +19,7 @@ pub mod wbcache;
 pub mod zoned;
 
 pub use concat::Concat;
+pub use dmzoned::{Dmzoned, DmzonedOptions};
 pub use partition::Partition;
 pub use raid::{Raid, RaidOptions};
 pub use scala::{Scala, ScalaOptions};

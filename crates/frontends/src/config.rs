@@ -77,6 +77,7 @@ pub enum DeviceConfig {
     Scala(ScalaConfig),
     Nbd(NbdDeviceConfig),
     Wbcache(WbcacheConfig),
+    Dmzoned(DmzonedConfig),
     Zoned(ZonedConfig),
 }
 
@@ -292,6 +293,31 @@ fn default_seq_cutoff_policy() -> SeqCutoffPolicy {
 }
 fn default_seq_cutoff_threshold() -> Size {
     Size::mib(1)
+}
+
+/// `dmzoned`: a dm-zoned-like target, members = [fast device (random zones), zoned device
+/// (sequential zones)] (see `crates/engines/src/dmzoned` and `docs/baselines.md`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DmzonedConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The fast device first, the zoned device second.
+    pub members: Vec<DeviceConfig>,
+    /// Milliseconds without I/O before the target is idle and reclaims every random zone
+    /// (dm-zoned's `DMZ_IDLE_PERIOD`, 10 s).
+    #[serde(default = "default_idle_period_ms")]
+    pub idle_period_ms: u64,
+    /// Sequential zones kept out of the exposed capacity for reclaim (at least 1).
+    #[serde(default = "default_reserved_seq_zones")]
+    pub reserved_seq_zones: u64,
+}
+
+fn default_idle_period_ms() -> u64 {
+    10_000
+}
+fn default_reserved_seq_zones() -> u64 {
+    1
 }
 
 /// `raid`: k data + m parity chunks per stripe over k + m members (see
@@ -986,6 +1012,19 @@ fn validate_device(d: &DeviceConfig, at: &str) -> Result<(), String> {
                 return Err(format!("{at}.seq_cutoff_threshold must be positive"));
             }
         }
+        DeviceConfig::Dmzoned(d) => {
+            if d.members.len() != 2 {
+                return Err(format!(
+                    "{at}.members: dmzoned needs exactly 2 members, the fast device first and \
+                     the zoned device second (got {})",
+                    d.members.len()
+                ));
+            }
+            validate_members(&d.members, &None, None, at)?;
+            if d.reserved_seq_zones == 0 {
+                return Err(format!("{at}.reserved_seq_zones must be at least 1"));
+            }
+        }
         DeviceConfig::Nbd(n) => {
             block(n.block_size, at)?;
             if n.uri.is_empty() {
@@ -1031,6 +1070,7 @@ fn check_reactor_choices(d: &DeviceConfig, at: &str, reactors: usize) -> Result<
         DeviceConfig::Raid(r) => (&r.members, &r.member),
         DeviceConfig::Twophase(t) => (&t.members, &t.member),
         DeviceConfig::Wbcache(w) => (&w.members, &None),
+        DeviceConfig::Dmzoned(d) => (&d.members, &None),
         DeviceConfig::Ram(_)
         | DeviceConfig::File(_)
         | DeviceConfig::Ssd(_)

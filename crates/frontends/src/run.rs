@@ -540,6 +540,9 @@ pub fn describe_device(d: &DeviceConfig) -> String {
         DeviceConfig::Concat(c) => {
             format!("concat over {}", describe_members(&c.members, &c.member, c.width))
         }
+        DeviceConfig::Dmzoned(d) => {
+            format!("dmzoned over {}", describe_members(&d.members, &None, None))
+        }
         DeviceConfig::Wbcache(w) => {
             format!("wbcache({} lines) over {}", w.line, describe_members(&w.members, &None, None))
         }

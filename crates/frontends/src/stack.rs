@@ -9,8 +9,8 @@ use flashrig_devices::{FileDevice, FileOptions, NbdDevice, NbdOptions, NbdUri, R
 use flashrig_engines::raid::WriteMode;
 use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions};
 use flashrig_engines::{
-    Concat, Raid, RaidOptions, Stripe, Twophase, TwophaseOptions, Wbcache, WbcacheOptions, Zoned,
-    ZonedOptions,
+    Concat, Dmzoned, DmzonedOptions, Raid, RaidOptions, Stripe, Twophase, TwophaseOptions, Wbcache,
+    WbcacheOptions, Zoned, ZonedOptions,
 };
 use flashrig_runtime::cost::SharedLockModel;
 use flashrig_runtime::HostCosts;
@@ -45,6 +45,7 @@ fn default_name(cfg: &DeviceConfig, index: Option<usize>) -> String {
         DeviceConfig::Scala(_) => "scala",
         DeviceConfig::Nbd(_) => "nbd",
         DeviceConfig::Wbcache(_) => "wbcache",
+        DeviceConfig::Dmzoned(_) => "dmzoned",
         DeviceConfig::Zoned(_) => "zoned",
     };
     match index {
@@ -96,6 +97,28 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
             Arc::new(
                 Stripe::new(&name, members, s.chunk.bytes() / bs).map_err(|e| stack_err(at, e))?,
             )
+        }
+        DeviceConfig::Dmzoned(d) => {
+            let name = d.name.clone().unwrap_or_else(|| default.to_string());
+            if d.members.len() != 2 {
+                return Err(Error::Stack(format!(
+                    "{at}.members: dmzoned needs exactly 2 members (fast, zoned), got {}",
+                    d.members.len()
+                )));
+            }
+            let members = build_members(&d.members, &None, None, at).await?;
+            if members[1].info().zones.is_none() {
+                return Err(Error::Stack(format!(
+                    "{at}.members[1]: dmzoned's second member must be zoned (type = \"zoned\" \
+                     or a zoned ssd), {} is not",
+                    members[1].info().name
+                )));
+            }
+            let opts = DmzonedOptions {
+                idle_period_ns: d.idle_period_ms * 1_000_000,
+                reserved_seq_zones: d.reserved_seq_zones,
+            };
+            Arc::new(Dmzoned::new(&name, members, opts).map_err(|e| stack_err(at, e))?)
         }
         DeviceConfig::Wbcache(w) => {
             let name = w.name.clone().unwrap_or_else(|| default.to_string());

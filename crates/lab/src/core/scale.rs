@@ -160,6 +160,12 @@ pub fn reduce_device(d: &mut DeviceConfig, div: (u64, u64)) -> Result<(), String
         DeviceConfig::Scala(c) => (&mut c.members, &mut c.member),
         DeviceConfig::Stripe(s) => (&mut s.members, &mut s.member),
         DeviceConfig::Concat(c) => (&mut c.members, &mut c.member),
+        DeviceConfig::Dmzoned(d) => {
+            for m in d.members.iter_mut() {
+                reduce_device(m, div)?;
+            }
+            return Ok(());
+        }
         DeviceConfig::Wbcache(w) => {
             for m in w.members.iter_mut() {
                 reduce_device(m, div)?;
