@@ -10,8 +10,9 @@
 //! 4 zones), the fast member a RAM device of 10 random zones plus the metadata zone, on the
 //! simulated runtime. The targeted tests count zones and reclaim counters exactly; the
 //! randomized test runs the reference-model driver (`run_check`) with a 1 ms idle period and
-//! pauses so both busy and idle reclaim run, checking every payload byte; its seeds come from
-//! `flashrig_check::seeds` and a failure names `FLASHRIG_SEED=<n>`.
+//! pauses so both busy and idle reclaim run, on one reactor and spread over two, checking every
+//! payload byte; its seeds come from `flashrig_check::seeds` and a failure names
+//! `FLASHRIG_SEED=<n>`.
 
 use std::sync::Arc;
 
@@ -136,7 +137,9 @@ fn one_for_one_reclaim_pads_and_merges() {
 #[test]
 fn the_reference_model_holds_while_reclaim_runs() {
     for seed in seeds(1, 6) {
-        let (res, _) = run(RuntimeKind::Sim, 1, move || async move {
+        // Odd seeds on one reactor, even seeds spread over two.
+        let reactors = 1 + (seed % 2 == 0) as usize;
+        let (res, _) = run(RuntimeKind::Sim, reactors, move || async move {
             let d = build(1_000_000).await;
             let dev: DevRef = d.clone();
             let model = Arc::new(Mutex::new(Model::for_device(dev.info(), seed)));
@@ -147,6 +150,7 @@ fn the_reference_model_holds_while_reclaim_runs() {
                 max_io_blocks: 8,
                 pause_every_ops: 150,
                 pause_ns: 3_000_000,
+                spread_over_reactors: reactors > 1,
                 ..CheckConfig::default()
             };
             let rep = run_check(dev, model, &cfg).await.map_err(|e| e.to_string())?;
@@ -155,7 +159,7 @@ fn the_reference_model_holds_while_reclaim_runs() {
         let (rep, d) = res.unwrap_or_else(|e| panic!("{e}"));
         let c = |n| counter(&d, n);
         eprintln!(
-            "seed {seed}: {} blocks checked; reclaims {}, RC-1 {} blocks, RC-2 {} blocks, \
+            "seed {seed} ({reactors} reactors): {} blocks checked; reclaims {}, RC-1 {} blocks, RC-2 {} blocks, \
              padding {}, resets {}, finishes {}, waits {}",
             rep.blocks_checked,
             c("reclaims"),

@@ -12,8 +12,8 @@
 //! tested as they are. The targeted tests read the core RAM device directly to see what was
 //! written back. The randomized test runs the reference-model driver (`run_check`) over a
 //! cache of a few small lines with short cleaning times and a low cutoff threshold, checking
-//! every payload byte; its seeds come from `flashrig_check::seeds` and a failure names
-//! `FLASHRIG_SEED=<n>`.
+//! every payload byte, on one reactor and spread over two; its seeds come from
+//! `flashrig_check::seeds` and a failure names `FLASHRIG_SEED=<n>`.
 
 use std::sync::Arc;
 
@@ -190,7 +190,9 @@ fn a_sequential_stream_bypasses_a_full_cache() {
 #[test]
 fn the_reference_model_holds_with_eviction_cleaning_and_cutoff() {
     for seed in seeds(1, 6) {
-        let (res, _) = run(RuntimeKind::Sim, 1, move || async move {
+        // Odd seeds on one reactor, even seeds spread over two.
+        let reactors = 1 + (seed % 2 == 0) as usize;
+        let (res, _) = run(RuntimeKind::Sim, reactors, move || async move {
             let opts = WbcacheOptions {
                 line_bytes: 4 * BS as u64,
                 wake_up_ns: 200_000,
@@ -212,6 +214,7 @@ fn the_reference_model_holds_with_eviction_cleaning_and_cutoff() {
                 span_blocks: Some(512),
                 pause_every_ops: 200,
                 pause_ns: 2_000_000,
+                spread_over_reactors: reactors > 1,
                 ..CheckConfig::default()
             };
             let rep = run_check(dev, model, &cfg).await.map_err(|e| e.to_string())?;
@@ -220,7 +223,7 @@ fn the_reference_model_holds_with_eviction_cleaning_and_cutoff() {
         let (rep, w) = res.unwrap_or_else(|e| panic!("{e}"));
         let c = |n| counter(&w, n);
         eprintln!(
-            "seed {seed}: {} blocks checked; hits {}/{} misses {}/{}, evictions {}, cleaner {}, \
+            "seed {seed} ({reactors} reactors): {} blocks checked; hits {}/{} misses {}/{}, evictions {}, cleaner {}, \
              bypasses {}, pass-through {}",
             rep.blocks_checked,
             c("read_hits"),

@@ -453,4 +453,70 @@ mod tests {
         let c = scala("member = { type = \"ram\", capacity = \"64MiB\" }\n");
         assert_eq!(slc_cache_bytes(&c, Some(3)), None);
     }
+
+    fn build_err(device: &str) -> String {
+        match build_toml(device) {
+            Ok(dev) => panic!("{} built", dev.info().name),
+            Err(e) => e,
+        }
+    }
+
+    fn build_toml(device: &str) -> Result<DevRef, String> {
+        let text = format!("[device]\n{device}");
+        let cfg = Config::from_toml(&text, Path::new("t.toml")).map_err(|e| e.to_string())?;
+        let (res, _) =
+            flashrig_runtime::run(flashrig_runtime::RuntimeKind::Sim, 1, || async move {
+                let dev = build(&cfg.device).await.map_err(|e| e.to_string())?;
+                // A write and a read back through the built stack.
+                let data = vec![7u8; 8192];
+                dev.write(3, &data, None, flashrig_blockdev::WriteHints::NONE)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mut back = vec![0u8; 8192];
+                dev.read(3, &mut back, None).await.map_err(|e| e.to_string())?;
+                assert_eq!(back, data);
+                Ok::<_, String>(dev)
+            });
+        res
+    }
+
+    #[test]
+    fn baselines_build_from_toml_with_defaults_and_name_bad_keys() {
+        let dev = build_toml(
+            "type = \"wbcache\"\nmembers = [{ type = \"ram\", capacity = \"1MiB\" }, \
+             { type = \"ram\", capacity = \"16MiB\" }]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (dev.kind(), dev.info().num_blocks, dev.info().optimal_io_blocks),
+            ("wbcache", 4096, 16)
+        );
+        let dev = build_toml(
+            "type = \"dmzoned\"\nmembers = [{ type = \"ram\", capacity = \"4MiB\" }, \
+             { type = \"zoned\", zone = \"1MiB\", max_active_zones = 4, \
+             member = { type = \"ram\", capacity = \"17MiB\" } }]\n",
+        )
+        .unwrap();
+        // 16 sequential zones (the table takes the rest of the 17th MiB), one reserved.
+        assert_eq!((dev.kind(), dev.info().num_blocks), ("dmzoned", 15 * 256));
+
+        let err =
+            build_err("type = \"wbcache\"\nmembers = [{ type = \"ram\", capacity = \"1MiB\" }]\n");
+        assert!(err.contains("device.members") && err.contains("exactly 2"), "{err}");
+        let err = build_err(
+            "type = \"wbcache\"\nline = \"128KiB\"\nmembers = [{ type = \"ram\", capacity = \
+             \"1MiB\" }, { type = \"ram\", capacity = \"16MiB\" }]\n",
+        );
+        assert!(err.contains("device.line = 128KiB"), "{err}");
+        let err = build_err(
+            "type = \"wbcache\"\nstaleness_time_s = 0\nmembers = [{ type = \"ram\", capacity = \
+             \"1MiB\" }, { type = \"ram\", capacity = \"16MiB\" }]\n",
+        );
+        assert!(err.contains("device.staleness_time_s = 0"), "{err}");
+        let err = build_err(
+            "type = \"dmzoned\"\nmembers = [{ type = \"ram\", capacity = \"4MiB\" }, \
+             { type = \"ram\", capacity = \"16MiB\" }]\n",
+        );
+        assert!(err.contains("device.members[1]") && err.contains("zoned"), "{err}");
+    }
 }

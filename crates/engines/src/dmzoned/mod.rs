@@ -285,6 +285,8 @@ impl Dmzoned {
         let num_rnd = fast_zones - meta_zones;
         let mut info = DeviceInfo::new(name, bs, chunks * zb);
         info.caps.fua = members.iter().all(|m| m.info().caps.fua);
+        // Over a member that keeps only fingerprints, reads do not return what was written.
+        info.caps.timing_only = members.iter().any(|m| m.info().caps.timing_only);
         let metrics = Registry::new(name);
         let c = Counters {
             rc1_blocks: metrics.counter("reclaim_rc1_blocks"),

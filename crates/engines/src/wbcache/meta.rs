@@ -221,7 +221,9 @@ impl Meta {
     /// OCF's sequential-cutoff check and update in one step: whether a request of `blocks`
     /// blocks (`bytes` bytes) at `lba` continues a stream that, with it, reaches
     /// `threshold_bytes`. Streams are matched on their next block and direction; an unmatched
-    /// request replaces the least recently used stream.
+    /// request replaces the least recently used stream. Policy `full` applies while at most
+    /// `full_below_lines` lines are free (OCF's `ocf_seq_cutoff_is_on`: the free lines are at
+    /// most a margin of 512 plus the request's lines).
     pub fn seq_cutoff(
         &mut self,
         lba: u64,
@@ -230,6 +232,7 @@ impl Meta {
         write: bool,
         policy: SeqCutoffPolicy,
         threshold_bytes: u64,
+        full_below_lines: u64,
     ) -> bool {
         self.tick += 1;
         let tick = self.tick;
@@ -241,16 +244,17 @@ impl Meta {
                 s.bytes
             }
             None => {
-                let Some(s) = self.streams.iter_mut().min_by_key(|s| s.lru_tick) else {
-                    return false;
-                };
-                *s = Stream { next_lba: lba + blocks, bytes, write, lru_tick: tick };
-                bytes
+                // A request that continues no stream starts one and is never cut off itself,
+                // however large (OCF's `ocf_core_seq_cutoff_base_check` finds no stream).
+                if let Some(s) = self.streams.iter_mut().min_by_key(|s| s.lru_tick) {
+                    *s = Stream { next_lba: lba + blocks, bytes, write, lru_tick: tick };
+                }
+                return false;
             }
         };
         let on = match policy {
             SeqCutoffPolicy::Always => true,
-            SeqCutoffPolicy::Full => self.free_slots.is_empty(),
+            SeqCutoffPolicy::Full => (self.free_slots.len() as u64) <= full_below_lines,
             SeqCutoffPolicy::Never => false,
         };
         on && total >= threshold_bytes
@@ -286,14 +290,18 @@ mod tests {
     fn a_stream_is_cut_off_once_it_reaches_the_threshold() {
         let mut m = Meta::new(1, 4);
         let p = SeqCutoffPolicy::Always;
-        assert!(!m.seq_cutoff(0, 4, 400, true, p, 1000));
-        assert!(!m.seq_cutoff(4, 4, 400, true, p, 1000));
-        assert!(m.seq_cutoff(8, 4, 400, true, p, 1000));
+        assert!(!m.seq_cutoff(0, 4, 400, true, p, 1000, 0));
+        assert!(!m.seq_cutoff(4, 4, 400, true, p, 1000, 0));
+        assert!(m.seq_cutoff(8, 4, 400, true, p, 1000, 0));
         // A read at the same place is another stream.
-        assert!(!m.seq_cutoff(12, 4, 400, false, p, 1000));
-        // Policy `full` cuts off only while no line is free.
-        assert!(!m.seq_cutoff(12, 4, 400, true, SeqCutoffPolicy::Full, 1000));
+        assert!(!m.seq_cutoff(12, 4, 400, false, p, 1000, 0));
+        // A request above the threshold that continues no stream is not cut off.
+        assert!(!m.seq_cutoff(100, 40, 4000, true, p, 1000, 0));
+        assert!(m.seq_cutoff(140, 1, 100, true, p, 1000, 0));
+        // Policy `full` cuts off only while at most the margin of lines is free.
+        assert!(!m.seq_cutoff(12, 4, 400, true, SeqCutoffPolicy::Full, 1000, 0));
+        assert!(m.seq_cutoff(16, 4, 400, true, SeqCutoffPolicy::Full, 1000, 1));
         m.map(1).unwrap();
-        assert!(m.seq_cutoff(16, 4, 400, true, SeqCutoffPolicy::Full, 1000));
+        assert!(m.seq_cutoff(20, 4, 400, true, SeqCutoffPolicy::Full, 1000, 0));
     }
 }

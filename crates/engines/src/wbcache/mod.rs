@@ -19,8 +19,9 @@
 //!   (120 s), oldest first, and runs again at once while it finds some.
 //! - Sequential cutoff with OCF's defaults: a request continuing a stream (one of 128,
 //!   matched on the next block and direction) that brings the stream to the threshold (1 MiB)
-//!   bypasses the cache when the policy says so (default `full`: only while the cache has no
-//!   free line). A bypassing write first invalidates the cached copies of its sectors.
+//!   bypasses the cache when the policy says so (default `full`: only while at most 512 lines
+//!   plus the request's are free, OCF's margin). A request that continues no stream is never
+//!   cut off. A bypassing write first invalidates the cached copies of its sectors.
 //!
 //! Crash behaviour: the metadata lives in DRAM only, as in the paper's setup ("Open-CAS and
 //! dm-zoned do not support dirty crash recovery", §6.4). `flush` flushes both members, so every
@@ -80,6 +81,9 @@ pub struct WbcacheOptions {
     pub seq_cutoff_threshold_bytes: u64,
     /// Sequential streams tracked at once (OCF's `OCF_SEQ_CUTOFF_MAX_STREAMS`).
     pub seq_cutoff_streams: usize,
+    /// Policy `full` applies while at most this many lines, plus the request's, are free
+    /// (OCF's `SEQ_CUTOFF_FULL_MARGIN`, 512).
+    pub seq_cutoff_full_margin_lines: u64,
 }
 
 impl Default for WbcacheOptions {
@@ -94,6 +98,7 @@ impl Default for WbcacheOptions {
             seq_cutoff_policy: SeqCutoffPolicy::Full,
             seq_cutoff_threshold_bytes: 1 << 20,
             seq_cutoff_streams: 128,
+            seq_cutoff_full_margin_lines: 512,
         }
     }
 }
@@ -212,6 +217,8 @@ impl Wbcache {
         let mut info = DeviceInfo::new(name, bs, core_info.num_blocks);
         info.optimal_io_blocks = line_blocks as u32;
         info.caps.fua = members.iter().all(|m| m.info().caps.fua);
+        // Over a member that keeps only fingerprints, reads do not return what was written.
+        info.caps.timing_only = members.iter().any(|m| m.info().caps.timing_only);
         let metrics = Registry::new(name);
         let c = Counters::new(&metrics);
         metrics.set_value("cache_lines", cache_lines as f64);
@@ -440,6 +447,7 @@ impl BlockDevice for Wbcache {
             false,
             inner.opts.seq_cutoff_policy,
             inner.opts.seq_cutoff_threshold_bytes,
+            inner.opts.seq_cutoff_full_margin_lines + pieces.len() as u64,
         );
         if cutoff {
             inner.c.cutoff_bypasses.inc();
@@ -513,6 +521,7 @@ impl BlockDevice for Wbcache {
             true,
             inner.opts.seq_cutoff_policy,
             inner.opts.seq_cutoff_threshold_bytes,
+            inner.opts.seq_cutoff_full_margin_lines + pieces.len() as u64,
         );
         if cutoff {
             // The stream bypasses the cache: cached copies of its sectors would be stale.
