@@ -33,6 +33,15 @@ pub enum SeqCutoffPolicy {
     Never,
 }
 
+/// When a stream is cut off: the policy, the threshold, and (for policy `full`) how few free
+/// lines count as full.
+#[derive(Clone, Copy, Debug)]
+pub struct CutoffRule {
+    pub policy: SeqCutoffPolicy,
+    pub threshold_bytes: u64,
+    pub full_below_lines: u64,
+}
+
 /// One detected stream (OCF's `ocf_seq_cutoff_stream`).
 #[derive(Clone, Copy, Debug)]
 struct Stream {
@@ -230,10 +239,9 @@ impl Meta {
         blocks: u64,
         bytes: u64,
         write: bool,
-        policy: SeqCutoffPolicy,
-        threshold_bytes: u64,
-        full_below_lines: u64,
+        rule: CutoffRule,
     ) -> bool {
+        let CutoffRule { policy, threshold_bytes, full_below_lines } = rule;
         self.tick += 1;
         let tick = self.tick;
         let total = match self.streams.iter_mut().find(|s| s.next_lba == lba && s.write == write) {
@@ -286,22 +294,26 @@ mod tests {
         assert_eq!((m.free_lines(), m.dirty_lines()), (2, 0));
     }
 
+    fn rule(policy: SeqCutoffPolicy, full_below_lines: u64) -> CutoffRule {
+        CutoffRule { policy, threshold_bytes: 1000, full_below_lines }
+    }
+
     #[test]
     fn a_stream_is_cut_off_once_it_reaches_the_threshold() {
         let mut m = Meta::new(1, 4);
         let p = SeqCutoffPolicy::Always;
-        assert!(!m.seq_cutoff(0, 4, 400, true, p, 1000, 0));
-        assert!(!m.seq_cutoff(4, 4, 400, true, p, 1000, 0));
-        assert!(m.seq_cutoff(8, 4, 400, true, p, 1000, 0));
+        assert!(!m.seq_cutoff(0, 4, 400, true, rule(p, 0)));
+        assert!(!m.seq_cutoff(4, 4, 400, true, rule(p, 0)));
+        assert!(m.seq_cutoff(8, 4, 400, true, rule(p, 0)));
         // A read at the same place is another stream.
-        assert!(!m.seq_cutoff(12, 4, 400, false, p, 1000, 0));
+        assert!(!m.seq_cutoff(12, 4, 400, false, rule(p, 0)));
         // A request above the threshold that continues no stream is not cut off.
-        assert!(!m.seq_cutoff(100, 40, 4000, true, p, 1000, 0));
-        assert!(m.seq_cutoff(140, 1, 100, true, p, 1000, 0));
+        assert!(!m.seq_cutoff(100, 40, 4000, true, rule(p, 0)));
+        assert!(m.seq_cutoff(140, 1, 100, true, rule(p, 0)));
         // Policy `full` cuts off only while at most the margin of lines is free.
-        assert!(!m.seq_cutoff(12, 4, 400, true, SeqCutoffPolicy::Full, 1000, 0));
-        assert!(m.seq_cutoff(16, 4, 400, true, SeqCutoffPolicy::Full, 1000, 1));
+        assert!(!m.seq_cutoff(12, 4, 400, true, rule(SeqCutoffPolicy::Full, 0)));
+        assert!(m.seq_cutoff(16, 4, 400, true, rule(SeqCutoffPolicy::Full, 1)));
         m.map(1).unwrap();
-        assert!(m.seq_cutoff(20, 4, 400, true, SeqCutoffPolicy::Full, 1000, 0));
+        assert!(m.seq_cutoff(20, 4, 400, true, rule(SeqCutoffPolicy::Full, 0)));
     }
 }

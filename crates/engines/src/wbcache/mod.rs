@@ -43,7 +43,7 @@ use flashrig_runtime::{in_runtime, now_ns, sleep_ns, spawn};
 use parking_lot::Mutex;
 
 pub use meta::SeqCutoffPolicy;
-use meta::{mask, runs, Meta};
+use meta::{mask, runs, CutoffRule, Meta};
 
 use crate::raid::locks::{StripeGuard, StripeLocks};
 use crate::{check_members, EngineConstraints};
@@ -278,6 +278,14 @@ impl Wbcache {
 }
 
 impl Inner {
+    fn cutoff_rule(&self, request_lines: usize) -> CutoffRule {
+        CutoffRule {
+            policy: self.opts.seq_cutoff_policy,
+            threshold_bytes: self.opts.seq_cutoff_threshold_bytes,
+            full_below_lines: self.opts.seq_cutoff_full_margin_lines + request_lines as u64,
+        }
+    }
+
     /// Notes a request's arrival (the ALRU activity clock) and starts the cleaner on first use
     /// (it needs a runtime to run in, which engine construction may not have).
     fn note_io(self: &Arc<Self>) {
@@ -445,9 +453,7 @@ impl BlockDevice for Wbcache {
             blocks,
             bytes,
             false,
-            inner.opts.seq_cutoff_policy,
-            inner.opts.seq_cutoff_threshold_bytes,
-            inner.opts.seq_cutoff_full_margin_lines + pieces.len() as u64,
+            inner.cutoff_rule(pieces.len()),
         );
         if cutoff {
             inner.c.cutoff_bypasses.inc();
@@ -514,15 +520,8 @@ impl BlockDevice for Wbcache {
         let pieces = self.pieces(lba, blocks);
         let _guards = inner.lock_lines(&pieces).await;
         let bytes = blocks * inner.bs as u64;
-        let cutoff = inner.meta.lock().seq_cutoff(
-            lba,
-            blocks,
-            bytes,
-            true,
-            inner.opts.seq_cutoff_policy,
-            inner.opts.seq_cutoff_threshold_bytes,
-            inner.opts.seq_cutoff_full_margin_lines + pieces.len() as u64,
-        );
+        let cutoff =
+            inner.meta.lock().seq_cutoff(lba, blocks, bytes, true, inner.cutoff_rule(pieces.len()));
         if cutoff {
             // The stream bypasses the cache: cached copies of its sectors would be stale.
             inner.c.cutoff_bypasses.inc();
