@@ -222,7 +222,10 @@ struct Inner {
     active_limit: u32,
     map: Mutex<Map>,
     locks: StripeLocks,
+    /// Wakes the reclaimer (a writer needs zones).
     kick: Event,
+    /// Wakes writers waiting for a free random zone.
+    freed: Event,
     c: Counters,
     started: AtomicBool,
 }
@@ -324,6 +327,7 @@ impl Dmzoned {
             map: Mutex::new(map),
             locks: StripeLocks::default(),
             kick: Event::new(),
+            freed: Event::new(),
             c,
             started: AtomicBool::new(false),
         };
@@ -400,11 +404,15 @@ impl Inner {
         dev.write(lba, buf, None, hints).await
     }
 
-    /// Waits for reclaim to free a random zone (dm-zoned's `dmz_wait_for_free_zones`).
+    /// Waits for reclaim to free a random zone (dm-zoned's `dmz_wait_for_free_zones`). The
+    /// listener is registered before the check, so a zone freed in between is not missed.
     async fn wait_for_free_zone(&self) {
         self.c.alloc_waits.inc();
-        self.kick.notify(1);
-        sleep_ns(20_000).await;
+        let freed = self.freed.listen();
+        if self.map.lock().free_rnd.is_empty() {
+            self.kick.notify(1);
+            freed.await;
+        }
     }
 
     async fn read_chunk(&self, chunk: u64, cb: u64, buf: &mut [u8]) -> DevResult<()> {
@@ -687,6 +695,7 @@ async fn reclaimer(weak: Weak<Inner>) {
             let t0 = now_ns();
             match inner.reclaim_one().await {
                 Ok(true) => {
+                    inner.freed.notify(usize::MAX);
                     // kcopyd's throttle: copy for `throttle`% of the time.
                     let spent = now_ns() - t0;
                     sleep_ns(spent * (100 - throttle) / throttle).await;
