@@ -848,6 +848,8 @@ fn device_error(v: &toml::Spanned<toml::de::DeValue>) -> Option<(String, Range<u
                 Some((Some("scala"), _)) => ScalaConfig::deserialize(de()).err(),
                 Some((Some("nbd"), _)) => NbdDeviceConfig::deserialize(de()).err(),
                 Some((Some("zoned"), _)) => ZonedConfig::deserialize(de()).err(),
+                Some((Some("wbcache"), _)) => WbcacheConfig::deserialize(de()).err(),
+                Some((Some("dmzoned"), _)) => DmzonedConfig::deserialize(de()).err(),
                 // An unknown or malformed type: serde's message, pointing at the type.
                 Some((_, k)) => {
                     let mut only = toml::de::DeTable::new();

@@ -518,5 +518,22 @@ mod tests {
              { type = \"ram\", capacity = \"16MiB\" }]\n",
         );
         assert!(err.contains("device.members[1]") && err.contains("zoned"), "{err}");
+        // Unknown keys and bad values are reported at the key, not as an unknown device type.
+        let err = build_err(
+            "type = \"wbcache\"\nlines = \"64KiB\"\nmembers = [{ type = \"ram\", capacity = \
+             \"1MiB\" }, { type = \"ram\", capacity = \"16MiB\" }]\n",
+        );
+        assert!(err.contains("device.lines") && err.contains("unknown field"), "{err}");
+        let err = build_err(
+            "type = \"wbcache\"\nseq_cutoff_policy = \"sometimes\"\nmembers = [{ type = \
+             \"ram\", capacity = \"1MiB\" }, { type = \"ram\", capacity = \"16MiB\" }]\n",
+        );
+        assert!(err.contains("device.seq_cutoff_policy") && err.contains("sometimes"), "{err}");
+        let err = build_err(
+            "type = \"dmzoned\"\nreserved_seq_zones = 0\nmembers = [{ type = \"ram\", capacity = \
+             \"4MiB\" }, { type = \"zoned\", zone = \"1MiB\", member = { type = \"ram\", \
+             capacity = \"17MiB\" } }]\n",
+        );
+        assert!(err.contains("device.reserved_seq_zones"), "{err}");
     }
 }
