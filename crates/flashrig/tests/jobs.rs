@@ -1,5 +1,6 @@
 //! Goal: synthetic jobs do what their options say: a block-size mix (`bssplit`) draws its
-//! sizes in proportion, `offset` confines a job to its region of the device, and an fio job
+//! sizes in proportion, `offset` confines a job to its region of the device (and a job whose
+//! `offset_increment` window passes the device's end is refused), and an fio job
 //! file runs as the same workload a TOML file would describe (and is one fio itself accepts).
 //!
 //! Method: run the real binary on scratch configurations; read the result files, and for
@@ -94,6 +95,21 @@ fn offset_confines_a_job_to_its_region_of_a_real_file() {
     let out = flashrig(&["run", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("workload.offset + workload.range"));
+    // offset_increment: the last job's window must fit too.
+    let bad = write(
+        dir.path(),
+        "bad-inc.toml",
+        &format!(
+            "{SIM_RAM}[workload]\njobs = 4\nrange = \"16MiB\"\noffset_increment = \"20MiB\"\n"
+        ),
+    );
+    let out = flashrig(&["run", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = text(&out.stderr);
+    assert!(
+        e.contains("workload.offset_increment = 20MiB: job 3 would address 16MiB from 60MiB"),
+        "{e}"
+    );
 }
 
 const JOB_FILE: &str = "\

@@ -588,6 +588,11 @@ pub struct WorkloadConfig {
     /// Where the addressed range starts (fio's `offset`; default 0). On a stack with 512-byte
     /// blocks an offset that is not a multiple of the page size misaligns every request.
     pub offset: Option<Size>,
+    /// Job `j` addresses its range from `offset + j * offset_increment` (fio's
+    /// `offset_increment`): with `range` equal to it, every job has a partition of its own, as
+    /// CSAL's eight VMs each write their own virtual disk (csal-eurosys24.txt §3.1). Sequential
+    /// jobs then start at their own range's start.
+    pub offset_increment: Option<Size>,
     /// Random offsets are multiples of this (fio's `blockalign`; default: `bs`). A smaller
     /// alignment than the request size makes unaligned writes (WAFLASH §2.2).
     pub blockalign: Option<Size>,
@@ -651,6 +656,7 @@ impl Default for WorkloadConfig {
             random_distribution: Distribution::Uniform,
             range: None,
             offset: None,
+            offset_increment: None,
             blockalign: None,
             rate_iops: None,
             final_flush: true,

@@ -268,6 +268,13 @@ fn convert(name: &str, opts: &Section, origin: &str) -> Result<FioJob, Error> {
                 }
                 w.offset = Some(size(v)?);
             }
+            "offset_increment" => {
+                let v = value()?;
+                if v.ends_with('%') {
+                    return Err(bad(format!("\"{v}\": give the increment in bytes")));
+                }
+                w.offset_increment = Some(size(v)?);
+            }
             "size" => {
                 let v = value()?.trim();
                 region = match v.strip_suffix('%') {

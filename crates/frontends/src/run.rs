@@ -301,6 +301,34 @@ fn check_workload_fits(w: &WorkloadConfig, block_bytes: u64, capacity: u64) -> R
             format_size(capacity)
         )));
     }
+    if let Some(inc) = w.offset_increment {
+        let last_job = w.jobs.saturating_sub(1) as u64;
+        let last_offset = inc.bytes().saturating_mul(last_job).saturating_add(offset);
+        if !inc.bytes().is_multiple_of(block_bytes) {
+            return Err(Error::Input(format!(
+                "workload.offset_increment = {inc}: not a multiple of the stack's \
+                 {block_bytes}-byte block"
+            )));
+        }
+        // Without `range` each job addresses the rest of the device from its own offset.
+        let last_range = w.range.map_or(capacity.saturating_sub(last_offset), |r| r.bytes());
+        if last_offset.saturating_add(last_range) > capacity || last_range == 0 {
+            return Err(Error::Input(format!(
+                "workload.offset_increment = {inc}: job {last_job} would address {} from {}, \
+                 past the stack's {}",
+                format_size(last_range),
+                format_size(last_offset),
+                format_size(capacity)
+            )));
+        }
+        if w.max_request_bytes() > last_range {
+            return Err(Error::Input(format!(
+                "workload request size {} is larger than job {last_job}'s range ({})",
+                format_size(w.max_request_bytes()),
+                format_size(last_range)
+            )));
+        }
+    }
     if w.max_request_bytes() > range {
         return Err(Error::Input(format!(
             "workload request size {} is larger than the range it addresses ({})",
