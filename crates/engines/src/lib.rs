@@ -6,6 +6,7 @@
 
 mod bufpool;
 pub mod concat;
+pub mod dmzoned;
 mod fanout;
 pub mod latency;
 pub mod layout;
@@ -14,14 +15,17 @@ pub mod raid;
 pub mod scala;
 pub mod stripe;
 pub mod twophase;
+pub mod wbcache;
 pub mod zoned;
 
 pub use concat::Concat;
+pub use dmzoned::{Dmzoned, DmzonedOptions};
 pub use partition::Partition;
 pub use raid::{Raid, RaidOptions};
 pub use scala::{Scala, ScalaOptions};
 pub use stripe::Stripe;
 pub use twophase::{Twophase, TwophaseOptions};
+pub use wbcache::{Wbcache, WbcacheOptions};
 pub use zoned::{Zoned, ZonedOptions};
 
 use flashrig_blockdev::{DevError, DevRef, DevResult};

@@ -7,6 +7,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use flashrig_devices::IoEngine;
+use flashrig_engines::wbcache::{CleaningPolicy, SeqCutoffPolicy};
 use flashrig_runtime::RuntimeKind;
 use flashrig_ssd::SsdConfig;
 use serde::{Deserialize, Serialize};
@@ -75,6 +76,8 @@ pub enum DeviceConfig {
     Twophase(TwophaseConfig),
     Scala(ScalaConfig),
     Nbd(NbdDeviceConfig),
+    Wbcache(WbcacheConfig),
+    Dmzoned(DmzonedConfig),
     Zoned(ZonedConfig),
 }
 
@@ -229,6 +232,92 @@ pub struct ConcatConfig {
     pub member: Option<Box<DeviceConfig>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub width: Option<usize>,
+}
+
+/// `wbcache`: an Open-CAS-like write-back cache, members = [cache device, core device] (see
+/// `crates/engines/src/wbcache` and `docs/baselines.md`). Defaults are OCF's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WbcacheConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The cache device first, the core device second.
+    pub members: Vec<DeviceConfig>,
+    /// Cache line size: 4, 8, 16, 32 or 64 KiB (default 64 KiB, the QLC's indirection unit,
+    /// as CSAL configures its Open-CAS baseline).
+    #[serde(default = "default_wbcache_line")]
+    pub line: Size,
+    /// `alru` (OCF's default) or `nop`.
+    #[serde(default = "default_wbcache_cleaning")]
+    pub cleaning: CleaningPolicy,
+    /// ALRU: seconds between the cleaner's wake-ups (OCF: 20, range 0 to 3600).
+    #[serde(default = "default_wake_up_s")]
+    pub wake_up_s: u64,
+    /// ALRU: seconds after its last write before a dirty line is cleaned (OCF: 120, 1 to 3600).
+    #[serde(default = "default_staleness_time_s")]
+    pub staleness_time_s: u64,
+    /// ALRU: dirty lines cleaned per wake-up (OCF: 100, 1 to 10000).
+    #[serde(default = "default_flush_max_buffers")]
+    pub flush_max_buffers: usize,
+    /// ALRU: milliseconds without I/O before the cleaner may run (OCF: 10000, 0 to 1000000).
+    #[serde(default = "default_activity_threshold_ms")]
+    pub activity_threshold_ms: u64,
+    /// `full` (OCF's default: only while the cache has no free line), `always` or `never`.
+    #[serde(default = "default_seq_cutoff_policy")]
+    pub seq_cutoff_policy: SeqCutoffPolicy,
+    /// Bytes a sequential stream reaches before it bypasses the cache (OCF: 1 MiB).
+    #[serde(default = "default_seq_cutoff_threshold")]
+    pub seq_cutoff_threshold: Size,
+}
+
+fn default_wbcache_line() -> Size {
+    Size::kib(64)
+}
+fn default_wbcache_cleaning() -> CleaningPolicy {
+    CleaningPolicy::Alru
+}
+fn default_wake_up_s() -> u64 {
+    20
+}
+fn default_staleness_time_s() -> u64 {
+    120
+}
+fn default_flush_max_buffers() -> usize {
+    100
+}
+fn default_activity_threshold_ms() -> u64 {
+    10_000
+}
+fn default_seq_cutoff_policy() -> SeqCutoffPolicy {
+    SeqCutoffPolicy::Full
+}
+fn default_seq_cutoff_threshold() -> Size {
+    Size::mib(1)
+}
+
+/// `dmzoned`: a dm-zoned-like target, members = [fast device (random zones), zoned device
+/// (sequential zones)] (see `crates/engines/src/dmzoned` and `docs/baselines.md`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DmzonedConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The fast device first, the zoned device second.
+    pub members: Vec<DeviceConfig>,
+    /// Milliseconds without I/O before the target is idle and reclaims every random zone
+    /// (dm-zoned's `DMZ_IDLE_PERIOD`, 10 s).
+    #[serde(default = "default_idle_period_ms")]
+    pub idle_period_ms: u64,
+    /// Sequential zones kept out of the exposed capacity for reclaim (at least 1).
+    #[serde(default = "default_reserved_seq_zones")]
+    pub reserved_seq_zones: u64,
+}
+
+fn default_idle_period_ms() -> u64 {
+    10_000
+}
+fn default_reserved_seq_zones() -> u64 {
+    1
 }
 
 /// `raid`: k data + m parity chunks per stripe over k + m members (see
@@ -765,6 +854,8 @@ fn device_error(v: &toml::Spanned<toml::de::DeValue>) -> Option<(String, Range<u
                 Some((Some("scala"), _)) => ScalaConfig::deserialize(de()).err(),
                 Some((Some("nbd"), _)) => NbdDeviceConfig::deserialize(de()).err(),
                 Some((Some("zoned"), _)) => ZonedConfig::deserialize(de()).err(),
+                Some((Some("wbcache"), _)) => WbcacheConfig::deserialize(de()).err(),
+                Some((Some("dmzoned"), _)) => DmzonedConfig::deserialize(de()).err(),
                 // An unknown or malformed type: serde's message, pointing at the type.
                 Some((_, k)) => {
                     let mut only = toml::de::DeTable::new();
@@ -898,6 +989,50 @@ fn validate_device(d: &DeviceConfig, at: &str) -> Result<(), String> {
             }
         }
         DeviceConfig::Ssd(spec) => spec.0.validate().map_err(|e| format!("{at}: {e}"))?,
+        DeviceConfig::Wbcache(w) => {
+            if w.members.len() != 2 {
+                return Err(format!(
+                    "{at}.members: wbcache needs exactly 2 members, the cache device first and \
+                     the core device second (got {})",
+                    w.members.len()
+                ));
+            }
+            validate_members(&w.members, &None, None, at)?;
+            let kib = w.line.bytes() >> 10;
+            if w.line.bytes() % 1024 != 0 || ![4, 8, 16, 32, 64].contains(&kib) {
+                return Err(format!(
+                    "{at}.line = {}: OCF's cache line sizes are 4, 8, 16, 32 and 64 KiB",
+                    w.line
+                ));
+            }
+            let ranges: [(&str, u64, u64, u64); 4] = [
+                ("wake_up_s", w.wake_up_s, 0, 3600),
+                ("staleness_time_s", w.staleness_time_s, 1, 3600),
+                ("flush_max_buffers", w.flush_max_buffers as u64, 1, 10_000),
+                ("activity_threshold_ms", w.activity_threshold_ms, 0, 1_000_000),
+            ];
+            for (key, v, lo, hi) in ranges {
+                if !(lo..=hi).contains(&v) {
+                    return Err(format!("{at}.{key} = {v}: OCF accepts {lo} to {hi}"));
+                }
+            }
+            if w.seq_cutoff_threshold.bytes() == 0 {
+                return Err(format!("{at}.seq_cutoff_threshold must be positive"));
+            }
+        }
+        DeviceConfig::Dmzoned(d) => {
+            if d.members.len() != 2 {
+                return Err(format!(
+                    "{at}.members: dmzoned needs exactly 2 members, the fast device first and \
+                     the zoned device second (got {})",
+                    d.members.len()
+                ));
+            }
+            validate_members(&d.members, &None, None, at)?;
+            if d.reserved_seq_zones == 0 {
+                return Err(format!("{at}.reserved_seq_zones must be at least 1"));
+            }
+        }
         DeviceConfig::Nbd(n) => {
             block(n.block_size, at)?;
             if n.uri.is_empty() {
@@ -942,6 +1077,8 @@ fn check_reactor_choices(d: &DeviceConfig, at: &str, reactors: usize) -> Result<
         DeviceConfig::Concat(c) => (&c.members, &c.member),
         DeviceConfig::Raid(r) => (&r.members, &r.member),
         DeviceConfig::Twophase(t) => (&t.members, &t.member),
+        DeviceConfig::Wbcache(w) => (&w.members, &None),
+        DeviceConfig::Dmzoned(d) => (&d.members, &None),
         DeviceConfig::Ram(_)
         | DeviceConfig::File(_)
         | DeviceConfig::Ssd(_)

@@ -424,8 +424,10 @@ pub fn render_summary(cfg: &Config, run: &RunOutput) -> String {
     out
 }
 
-/// One line per two-phase engine in the stack: conversions (by where they ran and why),
-/// GC, waits and the host write amplification.
+/// One line per engine with background work in the stack: for the two-phase engines
+/// conversions (by where they ran and why), GC, waits and the host write amplification; for
+/// CSAL's baselines their hits, evictions and write-back sizes (`wbcache`) or reclaim
+/// (`dmzoned`).
 fn render_engine_layers(layer: &flashrig_metrics::LayerSnapshot, out: &mut String) {
     let c = |k: &str| layer.counters.get(k).copied().unwrap_or(0);
     let wa = layer.values.get("host_write_amplification").copied().unwrap_or(f64::NAN);
@@ -445,6 +447,39 @@ fn render_engine_layers(layer: &flashrig_metrics::LayerSnapshot, out: &mut Strin
             c("gc_stripes"),
             c("grant_waits"),
             wa
+        )),
+        "wbcache" => out.push_str(&format!(
+            "  {}: hits {} reads / {} writes, misses {} / {}, {} evictions, {} cleaner \
+             flushes, {} cutoff bypasses; write-backs {} ({} blocks; <=4k {}, <=8k {}, <=16k {}, \
+             <=32k {}, <=64k {}, more {})\n",
+            layer.name,
+            c("read_hits"),
+            c("write_hits"),
+            c("read_misses"),
+            c("write_misses"),
+            c("evictions"),
+            c("cleaner_flushes"),
+            c("cutoff_bypasses"),
+            c("flush_writes"),
+            c("flushed_blocks"),
+            c("flush_writes_le_4k"),
+            c("flush_writes_le_8k"),
+            c("flush_writes_le_16k"),
+            c("flush_writes_le_32k"),
+            c("flush_writes_le_64k"),
+            c("flush_writes_gt_64k")
+        )),
+        "dmzoned" => out.push_str(&format!(
+            "  {}: {} direct and {} buffered writes; {} reclaims: RC-1 (random to sequential) {} \
+             blocks, RC-2 (sequential to random) {} blocks, {} padding blocks, {} zone resets\n",
+            layer.name,
+            c("direct_writes"),
+            c("buffered_writes"),
+            c("reclaims"),
+            c("reclaim_rc1_blocks"),
+            c("reclaim_rc2_blocks"),
+            c("padding_blocks"),
+            c("zone_resets")
         )),
         "twophase" => out.push_str(&format!(
             "  {}: {} stripes converted, {} GC stripes, {} writes delayed by conversion or GC; \
@@ -567,6 +602,12 @@ pub fn describe_device(d: &DeviceConfig) -> String {
         }
         DeviceConfig::Concat(c) => {
             format!("concat over {}", describe_members(&c.members, &c.member, c.width))
+        }
+        DeviceConfig::Dmzoned(d) => {
+            format!("dmzoned over {}", describe_members(&d.members, &None, None))
+        }
+        DeviceConfig::Wbcache(w) => {
+            format!("wbcache({} lines) over {}", w.line, describe_members(&w.members, &None, None))
         }
         DeviceConfig::Raid(r) => format!(
             "raid({}+{}, {}) over {}",

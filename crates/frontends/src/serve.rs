@@ -72,6 +72,18 @@ pub fn serving_config(mut cfg: Config, opts: &ServeOptions) -> Config {
             }
             DeviceConfig::Stripe(s) => (&mut s.members, &mut s.member),
             DeviceConfig::Concat(c) => (&mut c.members, &mut c.member),
+            DeviceConfig::Dmzoned(d) => {
+                for m in d.members.iter_mut() {
+                    visit(m, format);
+                }
+                return;
+            }
+            DeviceConfig::Wbcache(w) => {
+                for m in w.members.iter_mut() {
+                    visit(m, format);
+                }
+                return;
+            }
             DeviceConfig::Zoned(z) => return visit(&mut z.member, format),
             DeviceConfig::Raid(r) => (&mut r.members, &mut r.member),
             DeviceConfig::Ram(_)

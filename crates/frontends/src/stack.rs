@@ -9,7 +9,8 @@ use flashrig_devices::{FileDevice, FileOptions, NbdDevice, NbdOptions, NbdUri, R
 use flashrig_engines::raid::WriteMode;
 use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions};
 use flashrig_engines::{
-    Concat, Raid, RaidOptions, Stripe, Twophase, TwophaseOptions, Zoned, ZonedOptions,
+    Concat, Dmzoned, DmzonedOptions, Raid, RaidOptions, Stripe, Twophase, TwophaseOptions, Wbcache,
+    WbcacheOptions, Zoned, ZonedOptions,
 };
 use flashrig_runtime::cost::SharedLockModel;
 use flashrig_runtime::HostCosts;
@@ -43,6 +44,8 @@ fn default_name(cfg: &DeviceConfig, index: Option<usize>) -> String {
         DeviceConfig::Twophase(_) => "twophase",
         DeviceConfig::Scala(_) => "scala",
         DeviceConfig::Nbd(_) => "nbd",
+        DeviceConfig::Wbcache(_) => "wbcache",
+        DeviceConfig::Dmzoned(_) => "dmzoned",
         DeviceConfig::Zoned(_) => "zoned",
     };
     match index {
@@ -94,6 +97,57 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
             Arc::new(
                 Stripe::new(&name, members, s.chunk.bytes() / bs).map_err(|e| stack_err(at, e))?,
             )
+        }
+        DeviceConfig::Dmzoned(d) => {
+            let name = d.name.clone().unwrap_or_else(|| default.to_string());
+            if d.members.len() != 2 {
+                return Err(Error::Stack(format!(
+                    "{at}.members: dmzoned needs exactly 2 members (fast, zoned), got {}",
+                    d.members.len()
+                )));
+            }
+            let members = build_members(&d.members, &None, None, at).await?;
+            if members[1].info().zones.is_none() {
+                return Err(Error::Stack(format!(
+                    "{at}.members[1]: dmzoned's second member must be zoned (type = \"zoned\" \
+                     or a zoned ssd), {} is not",
+                    members[1].info().name
+                )));
+            }
+            let opts = DmzonedOptions {
+                idle_period_ns: d.idle_period_ms * 1_000_000,
+                reserved_seq_zones: d.reserved_seq_zones,
+            };
+            Arc::new(Dmzoned::new(&name, members, opts).map_err(|e| stack_err(at, e))?)
+        }
+        DeviceConfig::Wbcache(w) => {
+            let name = w.name.clone().unwrap_or_else(|| default.to_string());
+            if w.members.len() != 2 {
+                return Err(Error::Stack(format!(
+                    "{at}.members: wbcache needs exactly 2 members (cache, core), got {}",
+                    w.members.len()
+                )));
+            }
+            let members = build_members(&w.members, &None, None, at).await?;
+            let bs = members[0].info().block_size as u64;
+            if w.line.bytes() % bs != 0 {
+                return Err(Error::Stack(format!(
+                    "{at}.line = {}: not a multiple of the members' {bs}-byte block",
+                    w.line
+                )));
+            }
+            let opts = WbcacheOptions {
+                line_bytes: w.line.bytes(),
+                cleaning: w.cleaning,
+                wake_up_ns: w.wake_up_s * 1_000_000_000,
+                staleness_ns: w.staleness_time_s * 1_000_000_000,
+                flush_max_buffers: w.flush_max_buffers,
+                activity_threshold_ns: w.activity_threshold_ms * 1_000_000,
+                seq_cutoff_policy: w.seq_cutoff_policy,
+                seq_cutoff_threshold_bytes: w.seq_cutoff_threshold.bytes(),
+                ..WbcacheOptions::default()
+            };
+            Arc::new(Wbcache::new(&name, members, opts).map_err(|e| stack_err(at, e))?)
         }
         DeviceConfig::Concat(c) => {
             let name = c.name.clone().unwrap_or_else(|| default.to_string());
@@ -398,5 +452,88 @@ mod tests {
         assert_eq!(slc_cache_bytes(&c, None), None);
         let c = scala("member = { type = \"ram\", capacity = \"64MiB\" }\n");
         assert_eq!(slc_cache_bytes(&c, Some(3)), None);
+    }
+
+    fn build_err(device: &str) -> String {
+        match build_toml(device) {
+            Ok(dev) => panic!("{} built", dev.info().name),
+            Err(e) => e,
+        }
+    }
+
+    fn build_toml(device: &str) -> Result<DevRef, String> {
+        let text = format!("[device]\n{device}");
+        let cfg = Config::from_toml(&text, Path::new("t.toml")).map_err(|e| e.to_string())?;
+        let (res, _) =
+            flashrig_runtime::run(flashrig_runtime::RuntimeKind::Sim, 1, || async move {
+                let dev = build(&cfg.device).await.map_err(|e| e.to_string())?;
+                // A write and a read back through the built stack.
+                let data = vec![7u8; 8192];
+                dev.write(3, &data, None, flashrig_blockdev::WriteHints::NONE)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mut back = vec![0u8; 8192];
+                dev.read(3, &mut back, None).await.map_err(|e| e.to_string())?;
+                assert_eq!(back, data);
+                Ok::<_, String>(dev)
+            });
+        res
+    }
+
+    #[test]
+    fn baselines_build_from_toml_with_defaults_and_name_bad_keys() {
+        let dev = build_toml(
+            "type = \"wbcache\"\nmembers = [{ type = \"ram\", capacity = \"1MiB\" }, \
+             { type = \"ram\", capacity = \"16MiB\" }]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (dev.kind(), dev.info().num_blocks, dev.info().optimal_io_blocks),
+            ("wbcache", 4096, 16)
+        );
+        let dev = build_toml(
+            "type = \"dmzoned\"\nmembers = [{ type = \"ram\", capacity = \"4MiB\" }, \
+             { type = \"zoned\", zone = \"1MiB\", max_active_zones = 4, \
+             member = { type = \"ram\", capacity = \"17MiB\" } }]\n",
+        )
+        .unwrap();
+        // 16 sequential zones (the table takes the rest of the 17th MiB), one reserved.
+        assert_eq!((dev.kind(), dev.info().num_blocks), ("dmzoned", 15 * 256));
+
+        let err =
+            build_err("type = \"wbcache\"\nmembers = [{ type = \"ram\", capacity = \"1MiB\" }]\n");
+        assert!(err.contains("device.members") && err.contains("exactly 2"), "{err}");
+        let err = build_err(
+            "type = \"wbcache\"\nline = \"128KiB\"\nmembers = [{ type = \"ram\", capacity = \
+             \"1MiB\" }, { type = \"ram\", capacity = \"16MiB\" }]\n",
+        );
+        assert!(err.contains("device.line = 128KiB"), "{err}");
+        let err = build_err(
+            "type = \"wbcache\"\nstaleness_time_s = 0\nmembers = [{ type = \"ram\", capacity = \
+             \"1MiB\" }, { type = \"ram\", capacity = \"16MiB\" }]\n",
+        );
+        assert!(err.contains("device.staleness_time_s = 0"), "{err}");
+        let err = build_err(
+            "type = \"dmzoned\"\nmembers = [{ type = \"ram\", capacity = \"4MiB\" }, \
+             { type = \"ram\", capacity = \"16MiB\" }]\n",
+        );
+        assert!(err.contains("device.members[1]") && err.contains("zoned"), "{err}");
+        // Unknown keys and bad values are reported at the key, not as an unknown device type.
+        let err = build_err(
+            "type = \"wbcache\"\nlines = \"64KiB\"\nmembers = [{ type = \"ram\", capacity = \
+             \"1MiB\" }, { type = \"ram\", capacity = \"16MiB\" }]\n",
+        );
+        assert!(err.contains("device.lines") && err.contains("unknown field"), "{err}");
+        let err = build_err(
+            "type = \"wbcache\"\nseq_cutoff_policy = \"sometimes\"\nmembers = [{ type = \
+             \"ram\", capacity = \"1MiB\" }, { type = \"ram\", capacity = \"16MiB\" }]\n",
+        );
+        assert!(err.contains("device.seq_cutoff_policy") && err.contains("sometimes"), "{err}");
+        let err = build_err(
+            "type = \"dmzoned\"\nreserved_seq_zones = 0\nmembers = [{ type = \"ram\", capacity = \
+             \"4MiB\" }, { type = \"zoned\", zone = \"1MiB\", member = { type = \"ram\", \
+             capacity = \"17MiB\" } }]\n",
+        );
+        assert!(err.contains("device.reserved_seq_zones"), "{err}");
     }
 }

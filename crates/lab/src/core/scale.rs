@@ -160,6 +160,18 @@ pub fn reduce_device(d: &mut DeviceConfig, div: (u64, u64)) -> Result<(), String
         DeviceConfig::Scala(c) => (&mut c.members, &mut c.member),
         DeviceConfig::Stripe(s) => (&mut s.members, &mut s.member),
         DeviceConfig::Concat(c) => (&mut c.members, &mut c.member),
+        DeviceConfig::Dmzoned(d) => {
+            for m in d.members.iter_mut() {
+                reduce_device(m, div)?;
+            }
+            return Ok(());
+        }
+        DeviceConfig::Wbcache(w) => {
+            for m in w.members.iter_mut() {
+                reduce_device(m, div)?;
+            }
+            return Ok(());
+        }
         DeviceConfig::Zoned(z) => return reduce_device(&mut z.member, div),
         DeviceConfig::Ram(_) | DeviceConfig::File(_) | DeviceConfig::Nbd(_) => return Ok(()),
     };
