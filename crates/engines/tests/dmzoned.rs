@@ -11,7 +11,7 @@
 //! simulated runtime. The targeted tests count zones and reclaim counters exactly; the
 //! randomized test runs the reference-model driver (`run_check`) with a 1 ms idle period and
 //! pauses so both busy and idle reclaim run, on one reactor and spread over two, checking every
-//! payload byte; its seeds come from `flashrig_check::seeds` and a failure names
+//! payload byte (also over zones whose capacity is below their size); its seeds come from `flashrig_check::seeds` and a failure names
 //! `FLASHRIG_SEED=<n>`.
 
 use std::sync::Arc;
@@ -30,11 +30,16 @@ const RND_ZONES: u64 = 10;
 const LATENCY_NS: u64 = 10_000;
 
 async fn build(idle_period_ns: u64) -> Arc<Dmzoned> {
+    build_with(idle_period_ns, ZONE_BLOCKS).await
+}
+
+/// The target over zones of `ZONE_BLOCKS` blocks of which `capacity_blocks` are writable.
+async fn build_with(idle_period_ns: u64, capacity_blocks: u64) -> Arc<Dmzoned> {
     let ram =
         Arc::new(RamDevice::new("zram", BS as u32, SEQ_ZONES * ZONE_BLOCKS + 2, 0, LATENCY_NS));
     let zo = ZonedOptions {
         zone_blocks: ZONE_BLOCKS,
-        zone_capacity_blocks: ZONE_BLOCKS,
+        zone_capacity_blocks: capacity_blocks,
         max_open_zones: 2,
         max_active_zones: 4,
     };
@@ -136,11 +141,22 @@ fn one_for_one_reclaim_pads_and_merges() {
 /// The reference model over the target with busy and idle reclaim, RC-1 and RC-2 active.
 #[test]
 fn the_reference_model_holds_while_reclaim_runs() {
-    for seed in seeds(1, 6) {
+    reference_model(ZONE_BLOCKS, 1, 6);
+}
+
+/// The same over zones whose capacity (12 blocks) is below their size (16), as the ZN540's:
+/// a chunk is a zone's capacity, and nothing lands in the hole past it.
+#[test]
+fn the_reference_model_holds_over_zones_with_a_smaller_capacity() {
+    reference_model(12, 101, 2);
+}
+
+fn reference_model(capacity_blocks: u64, first_seed: u64, cases: u64) {
+    for seed in seeds(first_seed, cases) {
         // Odd seeds on one reactor, even seeds spread over two.
         let reactors = 1 + (seed % 2 == 0) as usize;
         let (res, _) = run(RuntimeKind::Sim, reactors, move || async move {
-            let d = build(1_000_000).await;
+            let d = build_with(1_000_000, capacity_blocks).await;
             let dev: DevRef = d.clone();
             let model = Arc::new(Mutex::new(Model::for_device(dev.info(), seed)));
             let cfg = CheckConfig {

@@ -218,6 +218,9 @@ struct Inner {
     opts: DmzonedOptions,
     bs: usize,
     zone_blocks: u64,
+    /// Blocks from one sequential zone's start to the next's on the zoned member (its zone
+    /// size; `zone_blocks` is the zone's writable capacity).
+    zone_stride: u64,
     meta_zones: u64,
     active_limit: u32,
     map: Mutex<Map>,
@@ -258,15 +261,13 @@ impl Dmzoned {
                 zinfo.name
             )));
         };
-        if geo.zone_capacity_blocks != geo.zone_blocks {
-            return Err(DevError::Invalid(format!(
-                "dmzoned: zone capacity {} blocks differs from the zone size {}; only full-capacity \
-                 zones are supported",
-                geo.zone_capacity_blocks, geo.zone_blocks
-            )));
-        }
-        let zb = geo.zone_blocks;
-        let num_seq = zinfo.num_blocks / zb;
+        // A chunk is a zone's writable capacity: on a drive whose zone capacity is below its
+        // zone size (the ZN540's 1077 MiB in 2 GiB), the blocks past the capacity are a hole
+        // that no chunk maps, as Linux's dm-zoned maps only a zone's capacity (its zone
+        // capacity support, Linux 5.9). Sequential zone `i` starts at `i * zone_stride`.
+        let zb = geo.zone_capacity_blocks;
+        let zone_stride = geo.zone_blocks;
+        let num_seq = zinfo.num_blocks / zone_stride;
         let reserved = opts.reserved_seq_zones.max(1);
         if num_seq <= reserved {
             return Err(DevError::Invalid(format!(
@@ -322,6 +323,7 @@ impl Dmzoned {
             opts,
             bs: bs as usize,
             zone_blocks: zb,
+            zone_stride,
             meta_zones,
             active_limit: geo.max_active_zones,
             map: Mutex::new(map),
@@ -390,7 +392,7 @@ impl Inner {
     fn addr(&self, z: Z, b: u64) -> (&DevRef, u64) {
         match z {
             Z::Rnd(i) => (&self.fast, (self.meta_zones + i) * self.zone_blocks + b),
-            Z::Seq(i) => (&self.zoned, i * self.zone_blocks + b),
+            Z::Seq(i) => (&self.zoned, i * self.zone_stride + b),
         }
     }
 
