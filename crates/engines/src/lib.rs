@@ -6,6 +6,7 @@
 
 mod bufpool;
 pub mod concat;
+pub mod csal;
 mod fanout;
 pub mod latency;
 pub mod layout;
@@ -15,6 +16,7 @@ pub mod stripe;
 pub mod twophase;
 
 pub use concat::Concat;
+pub use csal::{Csal, CsalOptions};
 pub use raid::{Raid, RaidOptions};
 pub use scala::{Scala, ScalaOptions};
 pub use stripe::Stripe;
