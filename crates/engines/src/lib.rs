@@ -14,6 +14,7 @@ pub mod raid;
 pub mod scala;
 pub mod stripe;
 pub mod twophase;
+pub mod zoned;
 
 pub use concat::Concat;
 pub use csal::{Csal, CsalOptions};
@@ -21,6 +22,7 @@ pub use raid::{Raid, RaidOptions};
 pub use scala::{Scala, ScalaOptions};
 pub use stripe::Stripe;
 pub use twophase::{Twophase, TwophaseOptions};
+pub use zoned::{Zoned, ZonedOptions};
 
 use flashrig_blockdev::{DevError, DevRef, DevResult};
 

@@ -75,6 +75,7 @@ pub enum DeviceConfig {
     Twophase(TwophaseConfig),
     Scala(ScalaConfig),
     Nbd(NbdDeviceConfig),
+    Zoned(ZonedConfig),
 }
 
 /// An emulated SSD: a named `preset` and any keys that override it (see
@@ -193,6 +194,28 @@ pub struct StripeConfig {
 
 fn default_chunk() -> Size {
     Size::kib(64)
+}
+
+/// `zoned`: a zoned namespace emulated over one block device, as SPDK's `bdev_zone_block`
+/// (crates/engines/src/zoned.rs). CSAL-BLK is CSAL over a block-interface QLC SSD made zoned
+/// this way (csal-eurosys24.txt §6.1).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZonedConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Zone size.
+    pub zone: Size,
+    /// Writable bytes per zone (default: the zone size).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_capacity: Option<Size>,
+    /// Zones open at once (0: no limit).
+    #[serde(default)]
+    pub max_open_zones: u32,
+    /// Zones active (open or closed) at once (0: no limit).
+    #[serde(default)]
+    pub max_active_zones: u32,
+    pub member: Box<DeviceConfig>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -735,6 +758,7 @@ fn device_error(v: &toml::Spanned<toml::de::DeValue>) -> Option<(String, Range<u
                 Some((Some("twophase"), _)) => TwophaseConfig::deserialize(de()).err(),
                 Some((Some("scala"), _)) => ScalaConfig::deserialize(de()).err(),
                 Some((Some("nbd"), _)) => NbdDeviceConfig::deserialize(de()).err(),
+                Some((Some("zoned"), _)) => ZonedConfig::deserialize(de()).err(),
                 // An unknown or malformed type: serde's message, pointing at the type.
                 Some((_, k)) => {
                     let mut only = toml::de::DeTable::new();
@@ -813,6 +837,25 @@ fn validate_device(d: &DeviceConfig, at: &str) -> Result<(), String> {
             validate_members(&s.members, &s.member, s.width, at)?;
         }
         DeviceConfig::Concat(c) => validate_members(&c.members, &c.member, c.width, at)?,
+        DeviceConfig::Zoned(z) => {
+            let cap = z.zone_capacity.unwrap_or(z.zone);
+            if z.zone.bytes() == 0 || cap.bytes() == 0 || cap.bytes() > z.zone.bytes() {
+                return Err(format!(
+                    "{at}: zone = {}, zone_capacity = {cap}: need 0 < zone_capacity <= zone",
+                    z.zone
+                ));
+            }
+            if z.max_open_zones > 0
+                && z.max_active_zones > 0
+                && z.max_open_zones > z.max_active_zones
+            {
+                return Err(format!(
+                    "{at}: max_open_zones = {} exceeds max_active_zones = {}",
+                    z.max_open_zones, z.max_active_zones
+                ));
+            }
+            validate_device(&z.member, &format!("{at}.member"))?;
+        }
         DeviceConfig::Twophase(t) => {
             check_array(t.k, t.m, t.chunk, &t.host, &t.members, &t.member, t.width, at)?;
             let low = t.low_watermark.unwrap_or(t.watermark / 2.0);
@@ -887,6 +930,9 @@ fn check_reactor_choices(d: &DeviceConfig, at: &str, reactors: usize) -> Result<
             (&c.members, &c.member)
         }
         DeviceConfig::Stripe(s) => (&s.members, &s.member),
+        DeviceConfig::Zoned(z) => {
+            return check_reactor_choices(&z.member, &format!("{at}.member"), reactors)
+        }
         DeviceConfig::Concat(c) => (&c.members, &c.member),
         DeviceConfig::Raid(r) => (&r.members, &r.member),
         DeviceConfig::Twophase(t) => (&t.members, &t.member),

@@ -578,6 +578,7 @@ pub fn describe_device(d: &DeviceConfig) -> String {
             None => "ssd".to_string(),
         },
         DeviceConfig::Nbd(n) => format!("nbd({})", n.uri),
+        DeviceConfig::Zoned(z) => format!("zoned({}) over {}", z.zone, describe_device(&z.member)),
     }
 }
 

@@ -8,7 +8,9 @@ use flashrig_blockdev::DevRef;
 use flashrig_devices::{FileDevice, FileOptions, NbdDevice, NbdOptions, NbdUri, RamDevice};
 use flashrig_engines::raid::WriteMode;
 use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions};
-use flashrig_engines::{Concat, Raid, RaidOptions, Stripe, Twophase, TwophaseOptions};
+use flashrig_engines::{
+    Concat, Raid, RaidOptions, Stripe, Twophase, TwophaseOptions, Zoned, ZonedOptions,
+};
 use flashrig_runtime::cost::SharedLockModel;
 use flashrig_runtime::HostCosts;
 use flashrig_ssd::Ssd;
@@ -41,6 +43,7 @@ fn default_name(cfg: &DeviceConfig, index: Option<usize>) -> String {
         DeviceConfig::Twophase(_) => "twophase",
         DeviceConfig::Scala(_) => "scala",
         DeviceConfig::Nbd(_) => "nbd",
+        DeviceConfig::Zoned(_) => "zoned",
     };
     match index {
         Some(i) => format!("{kind}{i}"),
@@ -172,6 +175,30 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
         DeviceConfig::Ssd(spec) => {
             let name = spec.0.name.clone().unwrap_or_else(|| default.to_string());
             Arc::new(Ssd::new(&name, &spec.0).map_err(|e| Error::Stack(format!("{at}: {e}")))?)
+        }
+        DeviceConfig::Zoned(z) => {
+            let name = z.name.clone().unwrap_or_else(|| default.to_string());
+            let member =
+                build_at(&z.member, &default_name(&z.member, Some(0)), &format!("{at}.member"))
+                    .await?;
+            let bs = member.info().block_size as u64;
+            let cap = z.zone_capacity.unwrap_or(z.zone);
+            for (key, size) in [("zone", z.zone), ("zone_capacity", cap)] {
+                if !size.bytes().is_multiple_of(bs) {
+                    return Err(Error::Stack(format!(
+                        "{at}.{key} = {size}: not a multiple of the member's {bs}-byte block"
+                    )));
+                }
+            }
+            let opts = ZonedOptions {
+                zone_blocks: z.zone.bytes() / bs,
+                zone_capacity_blocks: cap.bytes() / bs,
+                max_open_zones: z.max_open_zones,
+                max_active_zones: z.max_active_zones,
+            };
+            Arc::new(
+                Zoned::open_or_create(&name, member, opts).await.map_err(|e| stack_err(at, e))?,
+            )
         }
         DeviceConfig::Nbd(n) => {
             let name = n.name.clone().unwrap_or_else(|| default.to_string());

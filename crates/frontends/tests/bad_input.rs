@@ -2,7 +2,8 @@
 //! (issue 17): a configuration error names the key path (`device.k`, also inside members) and
 //! the line of the offending value, not the `[device]` header; a size too large says so; an
 //! fio job's `numjobs`/`iodepth` out of range shows the number written; a chunk larger than a
-//! member names the member and both sizes in blocks, when the stack is built.
+//! member names the member and both sizes in blocks, when the stack is built; a `zoned` layer
+//! whose zone capacity, open limit or zone size does not fit says which.
 //!
 //! Method: `Config::from_toml` and `FioJob::parse` on small texts, and `stack::build` of a
 //! parsed configuration on the simulated runtime; the error strings are checked for the key,
@@ -105,4 +106,32 @@ fn a_chunk_larger_than_a_member_names_the_member() {
         "{e}"
     );
     assert!(!e.contains("invalid command"), "{e}");
+}
+
+#[test]
+fn a_zoned_layer_with_a_capacity_past_its_zone_says_so() {
+    let e = config_error(
+        "[device]\ntype = \"zoned\"\nzone = \"1MiB\"\nzone_capacity = \"2MiB\"\n\
+         member = { type = \"ram\", capacity = \"64MiB\" }\n",
+    );
+    assert!(e.contains("zone = 1MiB, zone_capacity = 2MiB: need 0 < zone_capacity <= zone"), "{e}");
+    let e = config_error(
+        "[device]\ntype = \"zoned\"\nzone = \"1MiB\"\nmax_open_zones = 4\nmax_active_zones = 2\n\
+         member = { type = \"ram\", capacity = \"64MiB\" }\n",
+    );
+    assert!(e.contains("max_open_zones = 4 exceeds max_active_zones = 2"), "{e}");
+    // A zone that is not a whole number of the member's blocks, when the stack is built.
+    let cfg = Config::from_toml(
+        "[device]\ntype = \"zoned\"\nzone = \"6KiB\"\nmember = { type = \"ram\", capacity = \"64MiB\" }\n",
+        Path::new("c.toml"),
+    )
+    .unwrap();
+    let (res, _) = flashrig_runtime::run(RuntimeKind::Sim, 1, move || async move {
+        stack::build(&cfg.device).await.map(|_| ())
+    });
+    let e = res.unwrap_err().to_string();
+    assert!(
+        e.contains("device.zone = 6KiB: not a multiple of the member's 4096-byte block"),
+        "{e}"
+    );
 }

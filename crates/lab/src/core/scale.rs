@@ -160,6 +160,7 @@ pub fn reduce_device(d: &mut DeviceConfig, div: (u64, u64)) -> Result<(), String
         DeviceConfig::Scala(c) => (&mut c.members, &mut c.member),
         DeviceConfig::Stripe(s) => (&mut s.members, &mut s.member),
         DeviceConfig::Concat(c) => (&mut c.members, &mut c.member),
+        DeviceConfig::Zoned(z) => return reduce_device(&mut z.member, div),
         DeviceConfig::Ram(_) | DeviceConfig::File(_) | DeviceConfig::Nbd(_) => return Ok(()),
     };
     for m in members.iter_mut() {
