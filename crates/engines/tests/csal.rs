@@ -359,8 +359,9 @@ async fn crash_and_recover_all(
         let model2 = Arc::new(Mutex::new(Model::for_device(r.dev.info(), seed + 99)));
         let mut cfg = check_cfg(seed + 99, 300, 64);
         cfg.weights.trim = 0;
-        // Fresh LBAs only, so the new model knows them: the top of the device.
+        // A window the new model knows: the top of the device, trimmed first.
         let top = r.dev.info().num_blocks - 64;
+        r.dev.trim(top, 64).await.map_err(|e| format!("trim after recovery: {e}"))?;
         let shifted: DevRef = Arc::new(Offset { inner: r.dev.clone(), at: top });
         run_check(shifted, model2, &cfg).await.map_err(|e| format!("after {} recovery: {e}", mode.name()))?;
     }

@@ -245,7 +245,11 @@ impl Inner {
         g.check_superblock(&b)?;
         tm.step("read_superblock", String::new());
 
-        let slot = if mode == RecoveryMode::Naive { None } else { self.load_slot().await? };
+        // Naive recovery does not trust the slot's contents, but the slot it writes at the end
+        // must be newer than any slot on the device, or a later recovery would pick a stale one.
+        let newest = self.load_slot().await?;
+        let last_generation = newest.as_ref().map_or(0, |s| s.generation);
+        let slot = if mode == RecoveryMode::Naive { None } else { newest };
         if mode != RecoveryMode::Naive && slot.is_none() {
             return Err(DevError::Invalid(
                 "csal: no whole state slot on the fast device (recovery = \"naive\" scans \
@@ -404,6 +408,14 @@ impl Inner {
             sid_of.insert(f.pba, f.sid);
         }
         let mut conflicts = 0u64;
+        if let Some(dbg) = std::env::var("CSAL_DEBUG_LBA").ok().and_then(|v| v.parse::<u64>().ok()) {
+            eprintln!("{:?} slot gen {:?} c9 {:?} csid {} cstate {:?}", mode, slot.as_ref().map(|s| s.generation), slot.as_ref().map(|s| s.containers[9]), csid[9], cstate[9]);
+            for (c, fs) in found.iter().enumerate() {
+                for f in fs.iter().filter(|f| f.lba == dbg || (f.trim > 0 && f.lba <= dbg && dbg < f.lba + f.trim as u64)) {
+                    eprintln!("{:?} c{c} {:?} csid {} cstate {:?} table {}", mode, f, csid[c], cstate[c], table[dbg as usize]);
+                }
+            }
+        }
         // The current winner's candidate (its SID from what was found, or from its block).
         for f in found.iter().flatten().filter(|f| f.trim == 0 && f.sid >= replay_floor) {
             let cur = table[f.lba as usize];
@@ -494,7 +506,7 @@ impl Inner {
                 }
             }
             st.next_sid = slot.as_ref().map_or(1, |s| s.next_sid).max(max_sid + 1);
-            st.generation = slot.as_ref().map_or(0, |s| s.generation);
+            st.generation = last_generation;
         }
         tm.step("rebuild_validity", String::new());
 

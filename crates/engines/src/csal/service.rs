@@ -46,8 +46,12 @@ impl Inner {
             match self.step().await {
                 Ok(true) => continue,
                 Ok(false) => {}
-                // An I/O error (a member failed, power went): the next kick tries again.
-                Err(_) => {}
+                // A member failed under internal work (csal keeps no redundancy of its own): the
+                // device stops, and requests waiting for space fail instead of waiting forever.
+                Err(_) => {
+                    self.stop();
+                    break;
+                }
             }
             self.service_running.store(false, SeqCst);
             // A kick between the last look and the store above would be lost: look again.

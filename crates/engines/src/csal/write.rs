@@ -88,9 +88,11 @@ impl Inner {
             ch.wp = 0;
             ch.p2l = vec![P2lEntry::default(); self.geo.chunk_blocks as usize];
         }
-        // The chunk's SID is in a state slot before any block of it is written, so recovery
-        // knows which records in it belong to this life.
+        // The chunk's SID is in a durable state slot before any block of it is written, so
+        // recovery knows which records in it belong to this life: a FUA write into the chunk
+        // is durable at once, with no user flush to carry the slot along.
         self.persist_state(false).await?;
+        self.fast.flush().await?;
         self.st.lock().open_chunk = Some(c);
         self.c.chunks_opened.inc();
         self.kick();
