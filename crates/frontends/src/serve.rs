@@ -73,6 +73,12 @@ pub fn serving_config(mut cfg: Config, opts: &ServeOptions) -> Config {
             DeviceConfig::Stripe(s) => (&mut s.members, &mut s.member),
             DeviceConfig::Concat(c) => (&mut c.members, &mut c.member),
             DeviceConfig::Zoned(z) => return visit(&mut z.member, format),
+            DeviceConfig::Csal(c) => {
+                for m in c.members.iter_mut() {
+                    visit(m, format);
+                }
+                return;
+            }
             DeviceConfig::Raid(r) => (&mut r.members, &mut r.member),
             DeviceConfig::Ram(_)
             | DeviceConfig::File(_)
