@@ -268,9 +268,8 @@ fn reference_model_with_compaction_gc_and_paging() {
     for seed in seeds(100, 3) {
         let (res, _) = run(RuntimeKind::Sim, 2, move || async move {
             let media = Media::new();
-            let rig = power_up(&media, seed, opts(RecoveryMode::Checkpoint), true)
-                .await
-                .expect("create");
+            let rig =
+                power_up(&media, seed, opts(RecoveryMode::Checkpoint), true).await.expect("create");
             let span = rig.dev.info().num_blocks;
             let model = Arc::new(Mutex::new(Model::for_device(rig.dev.info(), seed)));
             let r = run_check(rig.dev.clone(), model, &check_cfg(seed, 4000, span)).await;
@@ -303,7 +302,9 @@ async fn crash_and_recover_all(
     cut_when: impl Fn(&BTreeMap<String, u64>, u64) -> bool + 'static,
 ) -> Result<(BTreeMap<String, u64>, Vec<flashrig_engines::csal::RecoveryReport>), String> {
     let media = Media::new();
-    let rig = power_up(&media, seed, opts(RecoveryMode::Checkpoint), true).await.map_err(|e| e.to_string())?;
+    let rig = power_up(&media, seed, opts(RecoveryMode::Checkpoint), true)
+        .await
+        .map_err(|e| e.to_string())?;
     let span = rig.dev.info().num_blocks;
     let model = Arc::new(Mutex::new(Model::for_device(rig.dev.info(), seed)));
     let dev = rig.dev.clone();
@@ -363,7 +364,9 @@ async fn crash_and_recover_all(
         let top = r.dev.info().num_blocks - 64;
         r.dev.trim(top, 64).await.map_err(|e| format!("trim after recovery: {e}"))?;
         let shifted: DevRef = Arc::new(Offset { inner: r.dev.clone(), at: top });
-        run_check(shifted, model2, &cfg).await.map_err(|e| format!("after {} recovery: {e}", mode.name()))?;
+        run_check(shifted, model2, &cfg)
+            .await
+            .map_err(|e| format!("after {} recovery: {e}", mode.name()))?;
     }
     Ok((at_crash, reports))
 }
@@ -402,9 +405,12 @@ fn run_crash_case(
     seed: u64,
     cut_when: impl Fn(&BTreeMap<String, u64>, u64) -> bool + Send + 'static,
 ) -> (BTreeMap<String, u64>, Vec<flashrig_engines::csal::RecoveryReport>) {
-    let (res, _) = run(RuntimeKind::Sim, 2, move || async move {
-        crash_and_recover_all(seed, cut_when).await
-    });
+    let (res, _) =
+        run(
+            RuntimeKind::Sim,
+            2,
+            move || async move { crash_and_recover_all(seed, cut_when).await },
+        );
     match res {
         Ok(x) => x,
         Err(e) => panic!("{name}, seed {seed}: {e} (reproduce with FLASHRIG_SEED={seed})"),
@@ -480,12 +486,13 @@ fn crash_during_recovery_then_recover_again() {
             for first in MODES {
                 let budget = 20 + rng.next_u64() % 400;
                 let m = media.copy();
-                match power_up_with_budget(&m, seed + 3, opts(first), false, budget).await {
-                    Ok(r) => r.crash(seed + 5),
-                    Err(_) => {}
+                // When the budget runs out first, recovery fails and the members' caches go
+                // with them (nothing unflushed lands); when recovery finishes within it, a
+                // crash right after tears what it left unflushed.
+                if let Ok(r) = power_up_with_budget(&m, seed + 3, opts(first), false, budget).await
+                {
+                    r.crash(seed + 5);
                 }
-                // A cut Volatile that never powered off loses nothing extra: the crash above
-                // tore what recovery had not flushed.
                 for mode in MODES {
                     let mm = m.copy();
                     let r = power_up(&mm, seed + 4, opts(mode), false).await.map_err(|e| {
@@ -521,7 +528,10 @@ fn clean_shutdown_loads_the_metadata_region() {
         rep
     });
     assert!(res.clean);
-    assert_eq!(res.names(), vec!["read_superblock", "load_state", "load_bitmaps", "write_checkpoint"]);
+    assert_eq!(
+        res.names(),
+        vec!["read_superblock", "load_state", "load_bitmaps", "write_checkpoint"]
+    );
 }
 
 #[test]

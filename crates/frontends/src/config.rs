@@ -262,8 +262,9 @@ pub struct CsalConfig {
     /// The reactor of compaction, GC and checkpoints (default: the last one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub internal_reactor: Option<usize>,
-    /// `auto` (open what the members hold, create when the fast member is blank; the
-    /// default), `create` (format), or `recover` (open, after a crash or a clean close).
+    /// `create` (format; the default), `recover` (open what the members hold, after a crash
+    /// or a clean close), or `auto` (recover when the fast member holds a csal superblock,
+    /// create when it is blank).
     #[serde(default)]
     pub start: ScalaStart,
     pub members: Vec<DeviceConfig>,
@@ -443,10 +444,6 @@ pub struct ScalaConfig {
     pub member: Option<Box<DeviceConfig>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub width: Option<usize>,
-}
-
-fn default_true() -> bool {
-    true
 }
 
 fn default_grant_heroes() -> usize {

@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use flashrig_blockdev::DevRef;
 use flashrig_devices::{FileDevice, FileOptions, NbdDevice, NbdOptions, NbdUri, RamDevice};
+use flashrig_engines::csal::RecoveryMode;
 use flashrig_engines::raid::WriteMode;
 use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions};
 use flashrig_engines::{
     Concat, Csal, CsalOptions, Raid, RaidOptions, Stripe, Twophase, TwophaseOptions, Zoned,
     ZonedOptions,
 };
-use flashrig_engines::csal::RecoveryMode;
 use flashrig_runtime::cost::SharedLockModel;
 use flashrig_runtime::HostCosts;
 use flashrig_ssd::Ssd;
@@ -220,7 +220,9 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
                 )));
             }
             let bs = members[0].info().block_size as u64;
-            for (key, size) in [("batch", Some(c.batch)), ("chunk", c.chunk), ("l2p_cache", Some(c.l2p_cache))] {
+            for (key, size) in
+                [("batch", Some(c.batch)), ("chunk", c.chunk), ("l2p_cache", Some(c.l2p_cache))]
+            {
                 if let Some(size) = size {
                     if size.bytes() == 0 || !size.bytes().is_multiple_of(bs) {
                         return Err(Error::Stack(format!(

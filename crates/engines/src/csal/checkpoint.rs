@@ -42,7 +42,12 @@ impl Inner {
         Ok(())
     }
 
-    pub(crate) async fn write_p2l(&self, c: usize, sid: u64, entries: &[P2lEntry]) -> DevResult<()> {
+    pub(crate) async fn write_p2l(
+        &self,
+        c: usize,
+        sid: u64,
+        entries: &[P2lEntry],
+    ) -> DevResult<()> {
         let b = encode_p2l(sid, entries, self.geo.p2l_blocks(c), self.bs());
         self.fast.write(self.geo.p2l_at(c), &b, None, WriteHints::NONE).await?;
         self.c.p2l_writes.inc();
@@ -88,12 +93,8 @@ impl Inner {
         let _g = self.meta.lock(0).await;
         let (ckpt_sid, released, bits) = {
             let st = self.st.lock();
-            let open_min = st
-                .containers
-                .iter()
-                .filter(|c| c.state == CState::Open)
-                .map(|c| c.sid)
-                .min();
+            let open_min =
+                st.containers.iter().filter(|c| c.state == CState::Open).map(|c| c.sid).min();
             let released: Vec<usize> = (0..st.containers.len())
                 .filter(|&i| st.containers[i].state == CState::Released)
                 .collect();
@@ -146,13 +147,13 @@ impl Inner {
         }
         {
             let _g = self.meta.lock(0).await;
-            self.write_bitmaps(&self.st.lock().valid_bits.clone()).await?;
+            let bits = self.st.lock().valid_bits.clone();
+            self.write_bitmaps(&bits).await?;
             self.st.lock().bitmap_generation = 1;
             self.persist_state(false).await?;
         }
         self.fast.write(0, &self.geo.encode_superblock(), None, WriteHints::NONE).await?;
         self.flush_members().await
-
     }
 
     pub(crate) async fn wait_service_stopped(&self) {

@@ -187,8 +187,7 @@ impl CsalGeometry {
             let l2p_start = state_start + 2 * state_blocks;
             let bitmap_start = l2p_start + l2p_pages;
             let p2l_start = bitmap_start + bitmap_blocks;
-            let data_start =
-                p2l_start + chunks * chunk_p2l_blocks + zones * zone_p2l_blocks;
+            let data_start = p2l_start + chunks * chunk_p2l_blocks + zones * zone_p2l_blocks;
             if data_start + chunks * chunk_blocks <= fast_blocks {
                 let total_pba = chunks * chunk_blocks + zones * zone_capacity_blocks;
                 if total_pba >= UNMAPPED as u64 {

@@ -443,7 +443,12 @@ impl Csal {
 
     /// Opens the device its members hold: loads the metadata region after a clean shutdown,
     /// otherwise recovers as `opts.recovery` says (the report: [`Csal::recovery`]).
-    pub async fn open(name: &str, fast: DevRef, zoned: DevRef, opts: CsalOptions) -> DevResult<Csal> {
+    pub async fn open(
+        name: &str,
+        fast: DevRef,
+        zoned: DevRef,
+        opts: CsalOptions,
+    ) -> DevResult<Csal> {
         let inner = Arc::new(Self::build(name, fast, zoned, opts)?);
         match inner.recover().await {
             Ok(r) => *inner.recovery.lock() = Some(r),
@@ -516,7 +521,10 @@ impl Csal {
     /// Free chunks and free zones now.
     pub fn free_counts(&self) -> (u64, u64) {
         let st = self.inner.st.lock();
-        (st.count(&self.inner.geo, false, CState::Free), st.count(&self.inner.geo, true, CState::Free))
+        (
+            st.count(&self.inner.geo, false, CState::Free),
+            st.count(&self.inner.geo, true, CState::Free),
+        )
     }
 }
 
@@ -537,8 +545,8 @@ impl BlockDevice for Csal {
         r.set_value("free_zones", fz as f64);
         let user = self.inner.c.user_write_blocks.get();
         if user > 0 {
-            let zw = self.inner.c.compaction_blocks_written.get()
-                + self.inner.c.gc_blocks_written.get();
+            let zw =
+                self.inner.c.compaction_blocks_written.get() + self.inner.c.gc_blocks_written.get();
             r.set_value("zoned_write_amplification", zw as f64 / user as f64);
         }
         Some(r.clone())

@@ -194,8 +194,7 @@ impl Inner {
             dev.read(at, &mut data, Some(&mut md)).await?;
             for i in 0..n as usize {
                 if let Some(r) = Record::decode(&md[i * mdb..(i + 1) * mdb]) {
-                    if r.data_matches(&data[i * bs..(i + 1) * bs]) && r.lba < self.geo.user_blocks
-                    {
+                    if r.data_matches(&data[i * bs..(i + 1) * bs]) && r.lba < self.geo.user_blocks {
                         out.push((r.container_sid, self.found_of(c, off + i as u64, &r)));
                     }
                 }
@@ -260,7 +259,10 @@ impl Inner {
         tm.step(
             "load_state",
             slot.as_ref().map_or(String::new(), |s| {
-                format!("generation {}, checkpoint SID {}, clean {}", s.generation, s.ckpt_sid, s.clean)
+                format!(
+                    "generation {}, checkpoint SID {}, clean {}",
+                    s.generation, s.ckpt_sid, s.clean
+                )
             }),
         );
 
@@ -316,7 +318,8 @@ impl Inner {
                     if let Some(top) = top {
                         csid[c] = top;
                         cstate[c] = CState::Closed;
-                        found[c] = recs.into_iter().filter(|(cs, _)| *cs == top).map(|(_, f)| f).collect();
+                        found[c] =
+                            recs.into_iter().filter(|(cs, _)| *cs == top).map(|(_, f)| f).collect();
                     }
                 }
                 let blocks = tm.rep.blocks_scanned;
@@ -366,11 +369,8 @@ impl Inner {
                 for &c in &open {
                     let recs = self.scan_container(c).await?;
                     tm.rep.blocks_scanned += g.capacity(c);
-                    found[c] = recs
-                        .into_iter()
-                        .filter(|(cs, _)| *cs == csid[c])
-                        .map(|(_, f)| f)
-                        .collect();
+                    found[c] =
+                        recs.into_iter().filter(|(cs, _)| *cs == csid[c]).map(|(_, f)| f).collect();
                 }
                 let blocks = tm.rep.blocks_scanned;
                 tm.step("scan_open", format!("{} containers, {blocks} blocks", open.len()));
@@ -408,14 +408,6 @@ impl Inner {
             sid_of.insert(f.pba, f.sid);
         }
         let mut conflicts = 0u64;
-        if let Some(dbg) = std::env::var("CSAL_DEBUG_LBA").ok().and_then(|v| v.parse::<u64>().ok()) {
-            eprintln!("{:?} slot gen {:?} c9 {:?} csid {} cstate {:?}", mode, slot.as_ref().map(|s| s.generation), slot.as_ref().map(|s| s.containers[9]), csid[9], cstate[9]);
-            for (c, fs) in found.iter().enumerate() {
-                for f in fs.iter().filter(|f| f.lba == dbg || (f.trim > 0 && f.lba <= dbg && dbg < f.lba + f.trim as u64)) {
-                    eprintln!("{:?} c{c} {:?} csid {} cstate {:?} table {}", mode, f, csid[c], cstate[c], table[dbg as usize]);
-                }
-            }
-        }
         // The current winner's candidate (its SID from what was found, or from its block).
         for f in found.iter().flatten().filter(|f| f.trim == 0 && f.sid >= replay_floor) {
             let cur = table[f.lba as usize];
@@ -467,11 +459,8 @@ impl Inner {
         // Validity: what the L2P maps, and the trim records found (or, for containers not
         // read, the bitmaps of the last checkpoint, which only over-estimate: a bit set on a
         // block nothing maps costs compaction a read, never data).
-        let persisted = if mode == RecoveryMode::Checkpoint {
-            Some(self.read_bitmaps().await?)
-        } else {
-            None
-        };
+        let persisted =
+            if mode == RecoveryMode::Checkpoint { Some(self.read_bitmaps().await?) } else { None };
         {
             let mut st = self.st.lock();
             for c in 0..n {
@@ -492,8 +481,8 @@ impl Inner {
                 st.set_valid(&g, p as u64, true);
             }
             if let Some(bits) = persisted {
-                for c in 0..n {
-                    if st.containers[c].state != CState::Closed || cstate[c] == CState::Open {
+                for (c, &was) in cstate.iter().enumerate() {
+                    if st.containers[c].state != CState::Closed || was == CState::Open {
                         continue;
                     }
                     let first = g.first_pba(c);
@@ -511,7 +500,8 @@ impl Inner {
         tm.step("rebuild_validity", String::new());
 
         // Containers that were open: their P2L from what was found, zones finished.
-        let reports = self.zoned.zone(ZoneCommand::Report { first_zone: 0, max_zones: g.zones }).await;
+        let reports =
+            self.zoned.zone(ZoneCommand::Report { first_zone: 0, max_zones: g.zones }).await;
         let zone_states: Vec<ZoneState> = match reports {
             Ok(flashrig_blockdev::ZoneReply::Zones(z)) => z.iter().map(|d| d.state).collect(),
             _ => Vec::new(),
@@ -535,12 +525,8 @@ impl Inner {
                 let mut p2l = vec![P2lEntry::default(); cap];
                 let first = g.first_pba(c);
                 for f in &found[c] {
-                    p2l[(f.pba as u64 - first) as usize] = P2lEntry {
-                        sid: f.sid,
-                        lba: f.lba as u32,
-                        trim: f.trim,
-                        origin: f.origin,
-                    };
+                    p2l[(f.pba as u64 - first) as usize] =
+                        P2lEntry { sid: f.sid, lba: f.lba as u32, trim: f.trim, origin: f.origin };
                 }
                 self.write_p2l(c, csid[c], &p2l).await?;
                 closed_now += 1;
@@ -588,7 +574,9 @@ impl Inner {
         let mut b = vec![0u8; self.geo.bitmap_blocks as usize * self.bs()];
         self.fast.read(self.geo.bitmap_start, &mut b, None).await?;
         let words = self.geo.total_pba().div_ceil(64) as usize;
-        Ok((0..words).map(|i| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap())).collect())
+        Ok((0..words)
+            .map(|i| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap()))
+            .collect())
     }
 
     /// Every zone's number, whether it is a GC zone... (see [`super::Csal::zone_tenants`]).

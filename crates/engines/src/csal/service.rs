@@ -55,8 +55,7 @@ impl Inner {
             }
             self.service_running.store(false, SeqCst);
             // A kick between the last look and the store above would be lost: look again.
-            if !self.stopped() && self.work_wanted() && !self.service_running.swap(true, SeqCst)
-            {
+            if !self.stopped() && self.work_wanted() && !self.service_running.swap(true, SeqCst) {
                 continue;
             }
             self.space_event.notify(usize::MAX);
