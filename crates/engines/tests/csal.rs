@@ -559,6 +559,37 @@ fn user_isolation_keeps_one_tenant_per_zone() {
     }
 }
 
+/// Client I/O from two reactors of the real runtime (threads) while compaction, GC and
+/// checkpoints run on the internal reactor: the shared state is a mutex never held across an
+/// await, and the checker finds every block.
+#[test]
+fn reference_model_on_the_real_runtime_from_two_reactors() {
+    for seed in seeds(800, 2) {
+        let (res, _) = run(RuntimeKind::Real, 2, move || async move {
+            let fast: DevRef =
+                Arc::new(flashrig_devices::RamDevice::new("fast", BS, FAST_BLOCKS, MD, 0));
+            let zmem: DevRef =
+                Arc::new(flashrig_devices::RamDevice::new("zmem", BS, ZMEM_BLOCKS, MD, 0));
+            let zoned: DevRef = Arc::new(Zoned::create("zoned", zmem, zoned_opts()).await.unwrap());
+            let c = Arc::new(
+                Csal::create("csal", fast, zoned, opts(RecoveryMode::Checkpoint)).await.unwrap(),
+            );
+            let dev: DevRef = c.clone();
+            let span = dev.info().num_blocks;
+            let model = Arc::new(Mutex::new(Model::for_device(dev.info(), seed)));
+            let mut cfg = check_cfg(seed, 3000, span);
+            cfg.spread_over_reactors = true;
+            let r = run_check(dev, model, &cfg).await.map(|_| ());
+            (r, counters(&c))
+        });
+        let (r, c) = res;
+        if let Err(e) = r {
+            panic!("{e}");
+        }
+        assert!(c["compaction_blocks_written"] > 0 && c["gc_blocks_written"] > 0, "{c:?}");
+    }
+}
+
 /// The simulated runtime replays a seed exactly: the same run twice gives the same counters
 /// (every compaction, GC pass, page fault and zone command) and the same virtual time.
 #[test]
