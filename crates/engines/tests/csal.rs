@@ -157,14 +157,19 @@ impl BlockDevice for Cut {
 struct Media {
     fast: Store,
     zoned: Store,
+    /// Metadata bytes per block of the fast member (0: csal's record blocks instead).
+    fast_md: u32,
 }
 
 impl Media {
     fn new() -> Media {
-        Media { fast: Store::default(), zoned: Store::default() }
+        Media::with_fast_md(MD)
+    }
+    fn with_fast_md(fast_md: u32) -> Media {
+        Media { fast: Store::default(), zoned: Store::default(), fast_md }
     }
     fn copy(&self) -> Media {
-        Media { fast: self.fast.copy(), zoned: self.zoned.copy() }
+        Media { fast: self.fast.copy(), zoned: self.zoned.copy(), fast_md: self.fast_md }
     }
 }
 
@@ -211,7 +216,7 @@ async fn power_up_with(
 ) -> DevResult<Rig> {
     let on = Arc::new(AtomicBool::new(true));
     let budget = Arc::new(AtomicU64::new(budget));
-    let fv = Arc::new(Volatile::new("fast", BS, FAST_BLOCKS, MD, media.fast.clone()));
+    let fv = Arc::new(Volatile::new("fast", BS, FAST_BLOCKS, media.fast_md, media.fast.clone()));
     let zv = Arc::new(Volatile::new("zmem", BS, ZMEM_BLOCKS, MD, media.zoned.clone()));
     let j = |d: DevRef, s: u64| -> DevRef { Arc::new(Jitter::new(d, jitter_ns, s)) };
     let cut = |d: DevRef| -> DevRef { Arc::new(Cut::new(d, on.clone(), budget.clone())) };
@@ -299,9 +304,10 @@ fn reference_model_with_compaction_gc_and_paging() {
 /// crash and the recovery reports.
 async fn crash_and_recover_all(
     seed: u64,
+    fast_md: u32,
     cut_when: impl Fn(&BTreeMap<String, u64>, u64) -> bool + 'static,
 ) -> Result<(BTreeMap<String, u64>, Vec<flashrig_engines::csal::RecoveryReport>), String> {
-    let media = Media::new();
+    let media = Media::with_fast_md(fast_md);
     let rig = power_up(&media, seed, opts(RecoveryMode::Checkpoint), true)
         .await
         .map_err(|e| e.to_string())?;
@@ -403,14 +409,12 @@ impl BlockDevice for Offset {
 fn run_crash_case(
     name: &str,
     seed: u64,
+    fast_md: u32,
     cut_when: impl Fn(&BTreeMap<String, u64>, u64) -> bool + Send + 'static,
 ) -> (BTreeMap<String, u64>, Vec<flashrig_engines::csal::RecoveryReport>) {
-    let (res, _) =
-        run(
-            RuntimeKind::Sim,
-            2,
-            move || async move { crash_and_recover_all(seed, cut_when).await },
-        );
+    let (res, _) = run(RuntimeKind::Sim, 2, move || async move {
+        crash_and_recover_all(seed, fast_md, cut_when).await
+    });
     match res {
         Ok(x) => x,
         Err(e) => panic!("{name}, seed {seed}: {e} (reproduce with FLASHRIG_SEED={seed})"),
@@ -422,7 +426,7 @@ fn crash_at_random_times_recovers_the_same_state_in_every_mode() {
     for seed in seeds(200, 4) {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
         let at_ns = 5_000_000 + rng.next_u64() % 60_000_000;
-        let (c, reps) = run_crash_case("random time", seed, move |_, t| t >= at_ns);
+        let (c, reps) = run_crash_case("random time", seed, MD, move |_, t| t >= at_ns);
         assert!(c["user_writes"] > 0);
         for (rep, mode) in reps.iter().zip(MODES) {
             assert_eq!(rep.mode, Some(mode));
@@ -442,7 +446,7 @@ fn crash_at_random_times_recovers_the_same_state_in_every_mode() {
 fn crash_in_the_middle_of_compaction() {
     for seed in seeds(300, 3) {
         let skip = 1 + seed % 5;
-        let (c, _) = run_crash_case("mid-compaction", seed, move |c, _| {
+        let (c, _) = run_crash_case("mid-compaction", seed, MD, move |c, _| {
             // Blocks read for a compaction but not all written: it is under way.
             c["compactions"] > skip && c["compaction_blocks_read"] > c["compaction_blocks_written"]
         });
@@ -453,7 +457,7 @@ fn crash_in_the_middle_of_compaction() {
 #[test]
 fn crash_in_the_middle_of_gc() {
     for seed in seeds(400, 3) {
-        let (c, _) = run_crash_case("mid-GC", seed, move |c, _| {
+        let (c, _) = run_crash_case("mid-GC", seed, MD, move |c, _| {
             c["gc_runs"] > 1 && c["gc_blocks_read"] > c["gc_blocks_written"]
         });
         assert!(c["gc_blocks_read"] > c["gc_blocks_written"]);
@@ -587,6 +591,22 @@ fn reference_model_on_the_real_runtime_from_two_reactors() {
             panic!("{e}");
         }
         assert!(c["compaction_blocks_written"] > 0 && c["gc_blocks_written"] > 0, "{c:?}");
+    }
+}
+
+/// A fast member without metadata bytes: records go to csal's record blocks (the paper's
+/// fallback for drives without VSS). The reference model, then crashes at random times and
+/// mid-compaction, recovered in every mode.
+#[test]
+fn record_blocks_without_fast_metadata_bytes() {
+    for seed in seeds(900, 3) {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+        let at_ns = 5_000_000 + rng.next_u64() % 60_000_000;
+        run_crash_case("no VSS, random time", seed, 0, move |_, t| t >= at_ns);
+        let (c, _) = run_crash_case("no VSS, mid-compaction", seed, 0, move |c, _| {
+            c["compactions"] > 2 && c["compaction_blocks_read"] > c["compaction_blocks_written"]
+        });
+        assert!(c["compaction_blocks_written"] > 0);
     }
 }
 

@@ -221,8 +221,9 @@ pub struct ZonedConfig {
 
 /// `csal`: CSAL (csal-eurosys24.txt, docs/csal.md) over `members = [fast, zoned]`: a fast
 /// device used as the write buffer and metadata region, and a zoned device (an SSD's zoned
-/// namespace, or a `zoned` layer over a block device) holding the data. Both members need 64
-/// metadata bytes per block (the per-block SID/LBA/tenant record). Defaults are the paper's.
+/// namespace, or a `zoned` layer over a block device) holding the data. The zoned member needs
+/// 64 metadata bytes per block (the per-block SID/LBA/tenant record), the fast member the same
+/// or none (records then go to blocks of their own). Defaults are the paper's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CsalConfig {

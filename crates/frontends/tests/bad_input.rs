@@ -159,7 +159,7 @@ fn a_csal_device_names_the_key_at_fault() {
     });
     let e = res.unwrap_err().to_string();
     assert!(e.contains("device.members[1]") && e.contains("must be zoned"), "{e}");
-    // Members without room for the per-block record.
+    // A zoned member without room for the per-block record (the fast one may have none).
     let cfg = Config::from_toml(
         "[device]\ntype = \"csal\"\nmembers = [{ type = \"ram\", capacity = \"16MiB\" }, \
          { type = \"zoned\", zone = \"1MiB\", member = { type = \"ram\", capacity = \"64MiB\" } }]\n",
@@ -171,7 +171,7 @@ fn a_csal_device_names_the_key_at_fault() {
     });
     let e = res.unwrap_err().to_string();
     assert!(
-        e.contains("csal: member ram0 stores 0 metadata bytes") && e.contains("md_bytes = 64"),
+        e.contains("csal: member zoned1 stores 0 metadata bytes") && e.contains("md_bytes = 64"),
         "{e}"
     );
 }

@@ -82,8 +82,7 @@ impl Inner {
             let Some((s, n)) = run else { break };
             let mut data = vec![0u8; n as usize * bs];
             let mut md = vec![0u8; n as usize * mdb];
-            let (dev, at) = self.dev_of((first + s) as u32);
-            dev.read(at, &mut data, Some(&mut md)).await?;
+            self.read_with_md((first + s) as u32, &mut data, &mut md).await?;
             if gc {
                 self.c.gc_blocks_read.add(n);
             } else {

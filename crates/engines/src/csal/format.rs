@@ -132,6 +132,11 @@ pub struct CsalGeometry {
     /// User-visible blocks (the csal device's capacity).
     pub user_blocks: u64,
     pub tenants: u16,
+    /// Record blocks per chunk when the fast device has no metadata bytes (the paper's
+    /// fallback: "merge the paddings as separate data blocks"), 0 when it has them.
+    pub record_blocks_per_chunk: u64,
+    /// Fast-device block offset of the record blocks (the fallback's region).
+    pub record_start: u64,
     /// Blocks of one state slot (there are two, written alternately).
     pub state_blocks: u64,
     pub l2p_pages: u64,
@@ -162,6 +167,7 @@ impl CsalGeometry {
         zone_capacity_blocks: u64,
         user_blocks: u64,
         tenants: u16,
+        fast_has_md: bool,
     ) -> DevResult<CsalGeometry> {
         let bs = block_size as u64;
         let per_block = |bytes: u64| bytes.div_ceil(bs);
@@ -187,7 +193,10 @@ impl CsalGeometry {
             let l2p_start = state_start + 2 * state_blocks;
             let bitmap_start = l2p_start + l2p_pages;
             let p2l_start = bitmap_start + bitmap_blocks;
-            let data_start = p2l_start + chunks * chunk_p2l_blocks + zones * zone_p2l_blocks;
+            let record_start = p2l_start + chunks * chunk_p2l_blocks + zones * zone_p2l_blocks;
+            let record_blocks_per_chunk =
+                if fast_has_md { 0 } else { (chunk_blocks * md_bytes as u64).div_ceil(bs) };
+            let data_start = record_start + chunks * record_blocks_per_chunk;
             if data_start + chunks * chunk_blocks <= fast_blocks {
                 let total_pba = chunks * chunk_blocks + zones * zone_capacity_blocks;
                 if total_pba >= UNMAPPED as u64 {
@@ -205,6 +214,8 @@ impl CsalGeometry {
                     zone_capacity_blocks,
                     user_blocks,
                     tenants,
+                    record_blocks_per_chunk,
+                    record_start,
                     state_blocks,
                     l2p_pages,
                     bitmap_blocks,
@@ -333,7 +344,7 @@ impl CsalGeometry {
         b
     }
 
-    fn sb_fields(&self) -> [u64; 9] {
+    fn sb_fields(&self) -> [u64; 10] {
         [
             self.block_size as u64,
             self.md_bytes as u64,
@@ -344,6 +355,7 @@ impl CsalGeometry {
             self.zone_capacity_blocks,
             self.user_blocks,
             self.tenants as u64,
+            self.record_blocks_per_chunk,
         ]
     }
 
@@ -364,6 +376,7 @@ impl CsalGeometry {
             "zone_capacity_blocks",
             "user_blocks",
             "tenants",
+            "record_blocks_per_chunk",
         ];
         let end = 8 + names.len() * 8;
         if crc32c::crc32c(&b[..end]) != u32_at(b, end) {

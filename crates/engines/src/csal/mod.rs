@@ -22,6 +22,7 @@ mod compact;
 mod gc;
 mod l2p;
 mod read;
+mod records;
 mod service;
 mod write;
 mod zones;
@@ -226,6 +227,10 @@ pub(crate) struct Inner {
     pub meta: StripeLocks,
     /// Serialises L2P page faults and write-backs (key 0).
     pub pager: StripeLocks,
+    /// Without fast-device metadata bytes: the record blocks of the chunks written in this
+    /// run, in memory, and a lock per record block that orders its writes.
+    pub records: Mutex<HashMap<u64, Vec<u8>>>,
+    pub record_locks: StripeLocks,
     /// Wakes writers waiting for a free chunk, and tasks waiting for a container's writes.
     pub space_event: event_listener::Event,
     /// Wakes the service.
@@ -304,20 +309,28 @@ impl Csal {
                 fi.name, fi.block_size, zi.name, zi.block_size
             )));
         }
-        for d in [&fi, &zi] {
-            if (d.md_bytes_per_block as usize) < MD_BYTES {
-                return Err(invalid(format!(
-                    "member {} stores {} metadata bytes per block; csal keeps each block's \
-                     {MD_BYTES}-byte record (SID, LBA, tenant) there (the paper's 64-byte VSS \
-                     padding): give it md_bytes = 64",
-                    d.name, d.md_bytes_per_block
-                )));
-            }
-        }
-        if fi.md_bytes_per_block != zi.md_bytes_per_block {
+        if (zi.md_bytes_per_block as usize) < MD_BYTES {
             return Err(invalid(format!(
-                "members' metadata sizes differ: {} has {}, {} has {}",
+                "member {} stores {} metadata bytes per block; csal keeps each block's \
+                 {MD_BYTES}-byte record (SID, LBA, tenant) there (the paper's 64-byte VSS \
+                 padding): give it md_bytes = 64",
+                zi.name, zi.md_bytes_per_block
+            )));
+        }
+        // The fast member either stores the same metadata bytes, or none: then the records
+        // go to blocks of their own (the paper's fallback for drives without VSS).
+        let fast_has_md = fi.md_bytes_per_block != 0;
+        if fast_has_md && fi.md_bytes_per_block != zi.md_bytes_per_block {
+            return Err(invalid(format!(
+                "members' metadata sizes differ: {} has {}, {} has {} (the fast member needs \
+                 the same, or 0 to keep the records in blocks of their own)",
                 fi.name, fi.md_bytes_per_block, zi.name, zi.md_bytes_per_block
+            )));
+        }
+        if !fi.block_size.is_multiple_of(zi.md_bytes_per_block) {
+            return Err(invalid(format!(
+                "{} metadata bytes per block do not divide the {}-byte block",
+                zi.md_bytes_per_block, fi.block_size
             )));
         }
         if opts.tenants == 0 {
@@ -350,7 +363,7 @@ impl Csal {
         let chunk_blocks = opts.chunk_blocks.unwrap_or(cap.min(fi.num_blocks / 8)).max(1);
         let geo = CsalGeometry::new(
             fi.block_size,
-            fi.md_bytes_per_block,
+            zi.md_bytes_per_block,
             fi.num_blocks,
             chunk_blocks,
             zones,
@@ -358,6 +371,7 @@ impl Csal {
             cap,
             user_blocks,
             opts.tenants,
+            fast_has_md,
         )?;
         let limits = [zg.max_open_zones, zg.max_active_zones];
         let open_zone_limit =
@@ -413,6 +427,8 @@ impl Csal {
             st: Mutex::new(st),
             meta: StripeLocks::default(),
             pager: StripeLocks::default(),
+            records: Mutex::new(HashMap::new()),
+            record_locks: StripeLocks::default(),
             space_event: event_listener::Event::new(),
             work_event: event_listener::Event::new(),
             service_running: AtomicBool::new(false),

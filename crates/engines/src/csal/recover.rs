@@ -190,8 +190,7 @@ impl Inner {
             let n = (cap - off).min(256);
             let mut data = vec![0u8; n as usize * bs];
             let mut md = vec![0u8; n as usize * mdb];
-            let (dev, at) = self.dev_of((first + off) as u32);
-            dev.read(at, &mut data, Some(&mut md)).await?;
+            self.read_with_md((first + off) as u32, &mut data, &mut md).await?;
             for i in 0..n as usize {
                 if let Some(r) = Record::decode(&md[i * mdb..(i + 1) * mdb]) {
                     if r.data_matches(&data[i * bs..(i + 1) * bs]) && r.lba < self.geo.user_blocks {
@@ -227,8 +226,7 @@ impl Inner {
     async fn block_sid(&self, pba: u32) -> DevResult<Option<u64>> {
         let mut data = vec![0u8; self.bs()];
         let mut md = vec![0u8; self.mdb()];
-        let (dev, at) = self.dev_of(pba);
-        dev.read(at, &mut data, Some(&mut md)).await?;
+        self.read_with_md(pba, &mut data, &mut md).await?;
         Ok(Record::decode(&md).filter(|r| r.kind == Kind::Data).map(|r| r.sid))
     }
 

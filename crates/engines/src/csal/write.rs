@@ -88,6 +88,7 @@ impl Inner {
             ch.wp = 0;
             ch.p2l = vec![P2lEntry::default(); self.geo.chunk_blocks as usize];
         }
+        self.reset_records(c);
         // The chunk's SID is in a durable state slot before any block of it is written, so
         // recovery knows which records in it belong to this life: a FUA write into the chunk
         // is durable at once, with no user flush to carry the slot along.
@@ -152,8 +153,7 @@ impl Inner {
             }
             let slice = &data[done as usize * bs..(done + n) as usize * bs];
             let hints = if fua { WriteHints::FUA } else { WriteHints::NONE };
-            let (dev, at) = self.dev_of(first_pba as u32);
-            let r = dev.write(at, slice, Some(&md), hints).await;
+            let r = self.write_with_md(first_pba as u32, slice, &md, hints).await;
             if let Err(e) = r {
                 self.write_done(c);
                 return Err(e);
@@ -207,9 +207,8 @@ impl Inner {
             .encode(&mut md);
             self.st.lock().containers[c].p2l[off as usize] =
                 P2lEntry { sid, lba: at as u32, trim: count as u32, origin: pba as u32 };
-            let (dev, dat) = self.dev_of(pba as u32);
             let zeros = vec![0u8; self.bs()];
-            if let Err(e) = dev.write(dat, &zeros, Some(&md), WriteHints::NONE).await {
+            if let Err(e) = self.write_with_md(pba as u32, &zeros, &md, WriteHints::NONE).await {
                 self.write_done(c);
                 return Err(e);
             }
