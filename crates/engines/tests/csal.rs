@@ -5,7 +5,10 @@
 //! modes (naive scan, P2L tables, checkpoint) rebuilds the same state from the same media;
 //! a clean shutdown is loaded without replay; the SID conflict rules of §4.4 hold; with user
 //! isolation every zone holds one tenant's blocks; the zoned member's open-zone limit is
-//! respected; recovery reports its named steps with their virtual time (Table 4's shape).
+//! respected; recovery reports its named steps with their virtual time (Table 4's shape);
+//! a fast member without metadata bytes (records in blocks of their own) survives the same
+//! crashes; isolating GC and then users lowers the zoned write amplification (Fig. 18's
+//! direction); client I/O from two real threads is safe; a seed replays exactly.
 //!
 //! Method: `Csal` over a fast member (a RAM-like `Volatile` with 64 metadata bytes per block
 //! and a volatile write cache) and a zoned member (`Zoned` over another `Volatile`), each

@@ -7,7 +7,9 @@
 //! format and recovery.
 //!
 //! Files, one per role: [`format`] (regions and byte layouts), `l2p` (the page cache and its
-//! faults), `write` (user writes and trims, the open chunk), `read`, `compact` (moving valid
+//! faults), `records` (blocks with their records: VSS, or the record blocks of a fast member
+//! without metadata bytes), `write` (user writes and trims, the open chunk), `read`,
+//! `compact` (moving valid
 //! blocks into zones: compaction's victims and the mover GC shares), `gc` (GC's victims),
 //! `zones` (the open zones of each stream and the zoned member's open/active limits),
 //! `checkpoint` (state slots, P2L tables, checkpoints), `recover` ([`Csal::open`], with the
