@@ -6,6 +6,7 @@
 
 mod bufpool;
 pub mod concat;
+pub mod csal;
 pub mod dmzoned;
 mod fanout;
 pub mod latency;
@@ -19,6 +20,7 @@ pub mod wbcache;
 pub mod zoned;
 
 pub use concat::Concat;
+pub use csal::{Csal, CsalOptions};
 pub use dmzoned::{Dmzoned, DmzonedOptions};
 pub use partition::Partition;
 pub use raid::{Raid, RaidOptions};

@@ -79,6 +79,7 @@ pub enum DeviceConfig {
     Wbcache(WbcacheConfig),
     Dmzoned(DmzonedConfig),
     Zoned(ZonedConfig),
+    Csal(CsalConfig),
 }
 
 /// An emulated SSD: a named `preset` and any keys that override it (see
@@ -219,6 +220,83 @@ pub struct ZonedConfig {
     #[serde(default)]
     pub max_active_zones: u32,
     pub member: Box<DeviceConfig>,
+}
+
+/// `csal`: CSAL (csal-eurosys24.txt, docs/csal.md) over `members = [fast, zoned]`: a fast
+/// device used as the write buffer and metadata region, and a zoned device (an SSD's zoned
+/// namespace, or a `zoned` layer over a block device) holding the data. The zoned member needs
+/// 64 metadata bytes per block (the per-block SID/LBA/tenant record), the fast member the same
+/// or none (records then go to blocks of their own). Defaults are the paper's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CsalConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Chunk size on the fast device (default: the zoned member's zone capacity, at most an
+    /// eighth of the fast device; §4.2 "chunks and zones are of the same size").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk: Option<Size>,
+    /// Memory for cached L2P pages (4 KiB each; §6.1: 2 GiB).
+    #[serde(default = "default_l2p_cache")]
+    pub l2p_cache: Size,
+    /// Tenants: equal partitions of the LBA space, compacted into zones of their own.
+    #[serde(default = "default_tenants")]
+    pub tenants: u16,
+    /// Compaction runs while free chunks are below this fraction (§4.3: 0.2).
+    #[serde(default = "default_compaction_free")]
+    pub compaction_free_fraction: f64,
+    /// Compaction and GC write size (§4.3: 512 KiB).
+    #[serde(default = "default_csal_batch")]
+    pub batch: Size,
+    /// GC runs while fewer zones are free (§4.3: 5).
+    #[serde(default = "default_gc_free_zones")]
+    pub gc_free_zones: u64,
+    /// Zoned capacity kept back as over-provisioning (§4.3: 0.1).
+    #[serde(default = "default_csal_op")]
+    pub over_provisioning: f64,
+    /// GC writes into zones of their own, not the compaction zones (Fig. 18).
+    #[serde(default = "default_true")]
+    pub gc_isolation: bool,
+    /// Per-tenant compaction and GC zones (Fig. 18); false: one shared stream each.
+    #[serde(default = "default_true")]
+    pub user_isolation: bool,
+    /// Recovery after a crash: `naive`, `p2l` or `checkpoint` (§4.4, Table 4).
+    #[serde(default = "default_csal_recovery")]
+    pub recovery: String,
+    /// The reactor of compaction, GC and checkpoints (default: the last one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal_reactor: Option<usize>,
+    /// `create` (format; the default), `recover` (open what the members hold, after a crash
+    /// or a clean close), or `auto` (recover when the fast member holds a csal superblock,
+    /// create when it is blank).
+    #[serde(default)]
+    pub start: ScalaStart,
+    pub members: Vec<DeviceConfig>,
+}
+
+fn default_l2p_cache() -> Size {
+    Size::gib(2)
+}
+fn default_tenants() -> u16 {
+    1
+}
+fn default_compaction_free() -> f64 {
+    0.2
+}
+fn default_csal_batch() -> Size {
+    Size::kib(512)
+}
+fn default_gc_free_zones() -> u64 {
+    5
+}
+fn default_csal_op() -> f64 {
+    0.1
+}
+fn default_true() -> bool {
+    true
+}
+fn default_csal_recovery() -> String {
+    "checkpoint".into()
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -456,10 +534,6 @@ pub struct ScalaConfig {
     pub member: Option<Box<DeviceConfig>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub width: Option<usize>,
-}
-
-fn default_true() -> bool {
-    true
 }
 
 fn default_grant_heroes() -> usize {
@@ -856,6 +930,7 @@ fn device_error(v: &toml::Spanned<toml::de::DeValue>) -> Option<(String, Range<u
                 Some((Some("zoned"), _)) => ZonedConfig::deserialize(de()).err(),
                 Some((Some("wbcache"), _)) => WbcacheConfig::deserialize(de()).err(),
                 Some((Some("dmzoned"), _)) => DmzonedConfig::deserialize(de()).err(),
+                Some((Some("csal"), _)) => CsalConfig::deserialize(de()).err(),
                 // An unknown or malformed type: serde's message, pointing at the type.
                 Some((_, k)) => {
                     let mut only = toml::de::DeTable::new();
@@ -952,6 +1027,34 @@ fn validate_device(d: &DeviceConfig, at: &str) -> Result<(), String> {
                 ));
             }
             validate_device(&z.member, &format!("{at}.member"))?;
+        }
+        DeviceConfig::Csal(c) => {
+            if c.members.len() != 2 {
+                return Err(format!(
+                    "{at}.members: csal takes exactly 2 members, [fast, zoned]; got {}",
+                    c.members.len()
+                ));
+            }
+            if c.tenants == 0 {
+                return Err(format!("{at}.tenants must be at least 1"));
+            }
+            for (key, v) in [
+                ("compaction_free_fraction", c.compaction_free_fraction),
+                ("over_provisioning", c.over_provisioning),
+            ] {
+                if !(0.0..0.9).contains(&v) {
+                    return Err(format!("{at}.{key} = {v}: must be in [0, 0.9)"));
+                }
+            }
+            if flashrig_engines::csal::RecoveryMode::parse(&c.recovery).is_none() {
+                return Err(format!(
+                    "{at}.recovery = \"{}\": one of \"naive\", \"p2l\", \"checkpoint\"",
+                    c.recovery
+                ));
+            }
+            for (i, m) in c.members.iter().enumerate() {
+                validate_device(m, &format!("{at}.members[{i}]"))?;
+            }
         }
         DeviceConfig::Twophase(t) => {
             check_array(t.k, t.m, t.chunk, &t.host, &t.members, &t.member, t.width, at)?;
@@ -1073,6 +1176,20 @@ fn check_reactor_choices(d: &DeviceConfig, at: &str, reactors: usize) -> Result<
         DeviceConfig::Stripe(s) => (&s.members, &s.member),
         DeviceConfig::Zoned(z) => {
             return check_reactor_choices(&z.member, &format!("{at}.member"), reactors)
+        }
+        DeviceConfig::Csal(c) => {
+            if let Some(r) = c.internal_reactor {
+                if r >= reactors {
+                    return Err(format!(
+                        "{at}.internal_reactor = {r}: the run has {reactors} reactor(s), \
+                         numbered from 0"
+                    ));
+                }
+            }
+            for (i, m) in c.members.iter().enumerate() {
+                check_reactor_choices(m, &format!("{at}.members[{i}]"), reactors)?;
+            }
+            return Ok(());
         }
         DeviceConfig::Concat(c) => (&c.members, &c.member),
         DeviceConfig::Raid(r) => (&r.members, &r.member),

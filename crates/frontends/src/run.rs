@@ -648,6 +648,11 @@ pub fn describe_device(d: &DeviceConfig) -> String {
         },
         DeviceConfig::Nbd(n) => format!("nbd({})", n.uri),
         DeviceConfig::Zoned(z) => format!("zoned({}) over {}", z.zone, describe_device(&z.member)),
+        DeviceConfig::Csal(c) => format!(
+            "csal({} tenants) over [{}]",
+            c.tenants,
+            c.members.iter().map(describe_device).collect::<Vec<_>>().join(", ")
+        ),
     }
 }
 

@@ -85,6 +85,12 @@ pub fn serving_config(mut cfg: Config, opts: &ServeOptions) -> Config {
                 return;
             }
             DeviceConfig::Zoned(z) => return visit(&mut z.member, format),
+            DeviceConfig::Csal(c) => {
+                for m in c.members.iter_mut() {
+                    visit(m, format);
+                }
+                return;
+            }
             DeviceConfig::Raid(r) => (&mut r.members, &mut r.member),
             DeviceConfig::Ram(_)
             | DeviceConfig::File(_)

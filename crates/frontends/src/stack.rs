@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use flashrig_blockdev::DevRef;
 use flashrig_devices::{FileDevice, FileOptions, NbdDevice, NbdOptions, NbdUri, RamDevice};
+use flashrig_engines::csal::RecoveryMode;
 use flashrig_engines::raid::WriteMode;
 use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions};
 use flashrig_engines::{
-    Concat, Dmzoned, DmzonedOptions, Raid, RaidOptions, Stripe, Twophase, TwophaseOptions, Wbcache,
-    WbcacheOptions, Zoned, ZonedOptions,
+    Concat, Csal, CsalOptions, Dmzoned, DmzonedOptions, Raid, RaidOptions, Stripe, Twophase,
+    TwophaseOptions, Wbcache, WbcacheOptions, Zoned, ZonedOptions,
 };
 use flashrig_runtime::cost::SharedLockModel;
 use flashrig_runtime::HostCosts;
@@ -47,6 +48,7 @@ fn default_name(cfg: &DeviceConfig, index: Option<usize>) -> String {
         DeviceConfig::Wbcache(_) => "wbcache",
         DeviceConfig::Dmzoned(_) => "dmzoned",
         DeviceConfig::Zoned(_) => "zoned",
+        DeviceConfig::Csal(_) => "csal",
     };
     match index {
         Some(i) => format!("{kind}{i}"),
@@ -253,6 +255,58 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
             Arc::new(
                 Zoned::open_or_create(&name, member, opts).await.map_err(|e| stack_err(at, e))?,
             )
+        }
+        DeviceConfig::Csal(c) => {
+            let name = c.name.clone().unwrap_or_else(|| default.to_string());
+            let members = build_members(&c.members, &None, None, at).await?;
+            if members.len() != 2 {
+                return Err(Error::Stack(format!(
+                    "{at}.members: csal takes exactly 2 members, [fast, zoned]; got {}",
+                    members.len()
+                )));
+            }
+            if members[1].info().zones.is_none() {
+                return Err(Error::Stack(format!(
+                    "{at}.members[1] ({}): csal's second member must be zoned (an SSD's zoned \
+                     namespace, or a `type = \"zoned\"` layer over a block device)",
+                    members[1].info().name
+                )));
+            }
+            let bs = members[0].info().block_size as u64;
+            for (key, size) in
+                [("batch", Some(c.batch)), ("chunk", c.chunk), ("l2p_cache", Some(c.l2p_cache))]
+            {
+                if let Some(size) = size {
+                    if size.bytes() == 0 || !size.bytes().is_multiple_of(bs) {
+                        return Err(Error::Stack(format!(
+                            "{at}.{key} = {size}: not a positive multiple of the fast member's \
+                             {bs}-byte block"
+                        )));
+                    }
+                }
+            }
+            let opts = CsalOptions {
+                chunk_blocks: c.chunk.map(|s| s.bytes() / bs),
+                l2p_cache_pages: (c.l2p_cache.bytes() / 4096).max(1) as usize,
+                tenants: c.tenants,
+                compaction_free_fraction: c.compaction_free_fraction,
+                batch_blocks: c.batch.bytes() / bs,
+                gc_free_zones: c.gc_free_zones,
+                over_provisioning_fraction: c.over_provisioning,
+                gc_isolation: c.gc_isolation,
+                user_isolation: c.user_isolation,
+                recovery: RecoveryMode::parse(&c.recovery).ok_or_else(|| {
+                    Error::Stack(format!("{at}.recovery = \"{}\": unknown mode", c.recovery))
+                })?,
+                internal_reactor: c.internal_reactor,
+            };
+            let (fast, zoned) = (members[0].clone(), members[1].clone());
+            let eng = match c.start {
+                ScalaStart::Create => Csal::create(&name, fast, zoned, opts).await,
+                ScalaStart::Recover => Csal::open(&name, fast, zoned, opts).await,
+                ScalaStart::Auto => Csal::open_or_create(&name, fast, zoned, opts).await,
+            };
+            Arc::new(eng.map_err(|e| stack_err(at, e))?)
         }
         DeviceConfig::Nbd(n) => {
             let name = n.name.clone().unwrap_or_else(|| default.to_string());

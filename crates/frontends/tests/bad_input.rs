@@ -135,3 +135,43 @@ fn a_zoned_layer_with_a_capacity_past_its_zone_says_so() {
         "{e}"
     );
 }
+
+#[test]
+fn a_csal_device_names_the_key_at_fault() {
+    let fast = "{ type = \"ram\", capacity = \"16MiB\", md_bytes = 64 }";
+    let e = config_error(&format!("[device]\ntype = \"csal\"\nmembers = [{fast}]\n"));
+    assert!(
+        e.contains("device.members: csal takes exactly 2 members, [fast, zoned]; got 1"),
+        "{e}"
+    );
+    let e = config_error(&format!(
+        "[device]\ntype = \"csal\"\nrecovery = \"fast\"\nmembers = [{fast}, {fast}]\n"
+    ));
+    assert!(e.contains("device.recovery = \"fast\": one of"), "{e}");
+    // A second member without zones, when the stack is built.
+    let cfg = Config::from_toml(
+        &format!("[device]\ntype = \"csal\"\nmembers = [{fast}, {fast}]\n"),
+        Path::new("c.toml"),
+    )
+    .unwrap();
+    let (res, _) = flashrig_runtime::run(RuntimeKind::Sim, 1, move || async move {
+        stack::build(&cfg.device).await.map(|_| ())
+    });
+    let e = res.unwrap_err().to_string();
+    assert!(e.contains("device.members[1]") && e.contains("must be zoned"), "{e}");
+    // A zoned member without room for the per-block record (the fast one may have none).
+    let cfg = Config::from_toml(
+        "[device]\ntype = \"csal\"\nmembers = [{ type = \"ram\", capacity = \"16MiB\" }, \
+         { type = \"zoned\", zone = \"1MiB\", member = { type = \"ram\", capacity = \"64MiB\" } }]\n",
+        Path::new("c.toml"),
+    )
+    .unwrap();
+    let (res, _) = flashrig_runtime::run(RuntimeKind::Sim, 1, move || async move {
+        stack::build(&cfg.device).await.map(|_| ())
+    });
+    let e = res.unwrap_err().to_string();
+    assert!(
+        e.contains("csal: member zoned1 stores 0 metadata bytes") && e.contains("md_bytes = 64"),
+        "{e}"
+    );
+}

@@ -1,0 +1,108 @@
+//! The internal work (§5): "CSAL uses a dedicated CPU core ... in polling mode for internal
+//! events processing ... three pollers in its thread for I/O processing of client, compaction,
+//! and GC tasks." Here one service task runs on the internal reactor (`internal_reactor`,
+//! default the last one) while there is work, and each round polls, in this order:
+//!
+//! 1. **GC**, when fewer than `gc_free_zones` zones are free;
+//! 2. **compaction**, when free chunks are below `compaction_free_fraction` of all chunks
+//!    (or a writer waits for a chunk);
+//! 3. **checkpoint**, when released chunks or zones wait for one to become free and free
+//!    space is short (a released container is reusable only after the next checkpoint).
+//!
+//! When a round finds nothing, the task ends; a chunk opening, a writer waiting for space or a
+//! chunk closing starts it again (`kick`). Client I/O is not routed through this reactor: a
+//! request runs on the reactor that submitted it (SPDK's I/O channels, one per thread), and
+//! the state it shares with the service is a mutex never held across an await, so the
+//! dedicated reactor keeps the paper's split of work without a message per request.
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::Arc;
+
+use flashrig_blockdev::DevResult;
+use flashrig_runtime::spawn_on;
+
+use super::format::CState;
+use super::Inner;
+
+impl Inner {
+    /// Starts the service task on the internal reactor, or wakes it if it runs.
+    pub(crate) fn kick(self: &Arc<Self>) {
+        if self.stopped() || !flashrig_runtime::in_runtime() {
+            return;
+        }
+        if self.service_running.swap(true, SeqCst) {
+            self.work_event.notify(usize::MAX);
+            return;
+        }
+        let inner = self.clone();
+        drop(spawn_on(self.internal_reactor, move || async move { inner.service().await }));
+    }
+
+    async fn service(self: Arc<Self>) {
+        loop {
+            if self.stopped() {
+                break;
+            }
+            match self.step().await {
+                Ok(true) => continue,
+                Ok(false) => {}
+                // A member failed under internal work (csal keeps no redundancy of its own): the
+                // device stops, and requests waiting for space fail instead of waiting forever.
+                Err(_) => {
+                    self.stop();
+                    break;
+                }
+            }
+            self.service_running.store(false, SeqCst);
+            // A kick between the last look and the store above would be lost: look again.
+            if !self.stopped() && self.work_wanted() && !self.service_running.swap(true, SeqCst) {
+                continue;
+            }
+            self.space_event.notify(usize::MAX);
+            return;
+        }
+        self.service_running.store(false, SeqCst);
+        self.space_event.notify(usize::MAX);
+    }
+
+    fn compaction_due(&self) -> bool {
+        let st = self.st.lock();
+        let free = st.count(&self.geo, false, CState::Free) as f64;
+        free < self.opts.compaction_free_fraction * self.geo.chunks as f64 || free < 1.0
+    }
+
+    fn released(&self) -> bool {
+        self.st.lock().containers.iter().any(|c| c.state == CState::Released && c.readers == 0)
+    }
+
+    /// Whether a round would find something to do (cheap check for the lost-kick race).
+    fn work_wanted(&self) -> bool {
+        (self.gc_due() && self.pick_victim(true).is_some())
+            || (self.compaction_due() && (self.pick_victim(false).is_some() || self.released()))
+    }
+
+    /// One round of the pollers; true when one of them did something.
+    pub(crate) async fn step(self: &Arc<Self>) -> DevResult<bool> {
+        let gc_due = self.gc_due();
+        let compaction_due = self.compaction_due();
+        // Released containers first: a checkpoint makes them free, which may be all the
+        // space that was wanted (and keeps GC from moving blocks of zones it need not touch).
+        if (gc_due || compaction_due) && self.released() {
+            self.checkpoint(false).await?;
+            return Ok(true);
+        }
+        if gc_due && self.gc_one().await? {
+            return Ok(true);
+        }
+        if compaction_due && self.compact_one().await? {
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Runs rounds until none finds work.
+    pub(crate) async fn settle(self: Arc<Self>) -> DevResult<()> {
+        while self.step().await? {}
+        Ok(())
+    }
+}

@@ -1,0 +1,157 @@
+//! The zones compaction and GC write into: one open zone per stream (compaction or GC, per
+//! tenant or shared, as the isolation switches say), each written strictly in order by the
+//! one service task.
+//!
+//! Open-zone policy: csal keeps at most `open_zone_limit` zones open (the smaller of the zoned
+//! member's open and active limits). Opening one more closes the stream least recently
+//! written: its zone is finished (its unwritten tail is given up until GC resets it), and its
+//! P2L table written. So csal never leaves a zone merely closed: every zone it is not writing
+//! is full, and a zone's only active time is while it is a stream's zone. Compaction may not
+//! take the last `gc_free_zones` / 2 (at least one) free zones: those are GC's, which needs
+//! somewhere to move blocks to in order to free any.
+
+use std::sync::Arc;
+
+use flashrig_blockdev::{DevResult, WriteHints, ZoneCommand};
+
+use super::format::{CState, P2lEntry, Record};
+use super::{Inner, Stream};
+
+impl Inner {
+    /// Free zones compaction leaves to GC.
+    pub(crate) fn gc_reserve_zones(&self) -> u64 {
+        (self.opts.gc_free_zones / 2).max(1)
+    }
+
+    /// The stream a block of `tenant` moved by compaction (`gc = false`) or GC goes to.
+    pub(crate) fn stream_for(&self, gc: bool, tenant: u16) -> Stream {
+        Stream {
+            gc: gc && self.opts.gc_isolation,
+            tenant: if self.opts.user_isolation { tenant } else { 0 },
+        }
+    }
+
+    /// Appends `items` (record, data) to stream `s`'s zone, opening zones as they fill.
+    /// Returns each item's PBA, or `None` when no zone could be opened (compaction then waits
+    /// for GC). Every record's container SID is set to its zone's SID here.
+    pub(crate) async fn append(
+        self: &Arc<Self>,
+        s: Stream,
+        for_gc: bool,
+        items: &[(Record, Vec<u8>)],
+    ) -> DevResult<Option<Vec<u32>>> {
+        let bs = self.bs();
+        let mdb = self.mdb();
+        let mut pbas = Vec::with_capacity(items.len());
+        let mut done = 0usize;
+        while done < items.len() {
+            let z = match self.stream_zone(s, for_gc).await? {
+                Some(z) => z,
+                None => return Ok(None),
+            };
+            let (off, n, zsid) = {
+                let mut st = self.st.lock();
+                st.stream_clock += 1;
+                let clock = st.stream_clock;
+                st.streams.insert(s, (z, clock));
+                let c = &mut st.containers[z];
+                let n = ((items.len() - done) as u64).min(self.geo.zone_capacity_blocks - c.wp);
+                let off = c.wp;
+                c.wp += n;
+                c.inflight += 1;
+                for i in 0..n as usize {
+                    let r = &items[done + i].0;
+                    let (trim, origin) = match r.kind {
+                        super::format::Kind::Trim => (r.count, r.origin()),
+                        super::format::Kind::Data => (0, 0),
+                    };
+                    c.p2l[off as usize + i] =
+                        P2lEntry { sid: r.sid, lba: r.lba as u32, trim, origin };
+                }
+                (off, n, c.sid)
+            };
+            let mut data = vec![0u8; n as usize * bs];
+            let mut md = vec![0u8; n as usize * mdb];
+            for i in 0..n as usize {
+                let (r, d) = &items[done + i];
+                data[i * bs..(i + 1) * bs].copy_from_slice(d);
+                Record { container_sid: zsid, ..*r }.encode(&mut md[i * mdb..(i + 1) * mdb]);
+            }
+            let first = self.geo.first_pba(z) + off;
+            let (dev, at) = self.dev_of(first as u32);
+            let r = dev.write(at, &data, Some(&md), WriteHints::NONE).await;
+            self.write_done(z);
+            r?;
+            pbas.extend((0..n).map(|i| (first + i) as u32));
+            done += n as usize;
+        }
+        Ok(Some(pbas))
+    }
+
+    /// The open zone of stream `s` with room left, opening one (and closing others) as needed.
+    async fn stream_zone(self: &Arc<Self>, s: Stream, for_gc: bool) -> DevResult<Option<usize>> {
+        {
+            let st = self.st.lock();
+            if let Some(&(z, _)) = st.streams.get(&s) {
+                if st.containers[z].wp < self.geo.zone_capacity_blocks {
+                    return Ok(Some(z));
+                }
+            }
+        }
+        let _g = self.meta.lock(0).await;
+        let full = self.st.lock().streams.get(&s).map(|&(z, _)| z);
+        if let Some(z) = full {
+            self.close_container(z).await?;
+            self.st.lock().streams.remove(&s);
+        }
+        // Respect the member's open limit: finish the least recently written other stream.
+        while self.open_zone_limit > 0 && self.st.lock().streams.len() >= self.open_zone_limit {
+            let (victim, z) = {
+                let st = self.st.lock();
+                let (&v, &(z, _)) = st.streams.iter().min_by_key(|(_, (_, t))| *t).unwrap();
+                (v, z)
+            };
+            self.finish_zone(z).await?;
+            self.st.lock().streams.remove(&victim);
+        }
+        let z = {
+            let st = self.st.lock();
+            let free: Vec<usize> = (self.geo.chunks as usize..self.geo.containers())
+                .filter(|&i| st.containers[i].state == super::format::CState::Free)
+                .collect();
+            let floor = if for_gc { 0 } else { self.gc_reserve_zones() };
+            if free.len() as u64 <= floor {
+                return Ok(None);
+            }
+            free[0]
+        };
+        self.zoned.zone(ZoneCommand::Reset { zone: self.geo.zone_no(z) }).await?;
+        self.c.zone_resets.inc();
+        {
+            let mut st = self.st.lock();
+            let sid = st.next_sid;
+            st.next_sid += 1;
+            let c = &mut st.containers[z];
+            c.state = CState::Open;
+            c.sid = sid;
+            c.wp = 0;
+            c.p2l = vec![P2lEntry::default(); self.geo.zone_capacity_blocks as usize];
+            st.stream_clock += 1;
+            let clock = st.stream_clock;
+            st.streams.insert(s, (z, clock));
+        }
+        self.persist_state(false).await?;
+        Ok(Some(z))
+    }
+
+    /// Closes an open zone before it is full: finishes it on the member, then closes it as a
+    /// container. The caller holds the meta lock.
+    pub(crate) async fn finish_zone(&self, z: usize) -> DevResult<()> {
+        self.drain_container(z).await;
+        if self.st.lock().containers[z].wp < self.geo.zone_capacity_blocks {
+            self.zoned.zone(ZoneCommand::Finish { zone: self.geo.zone_no(z) }).await?;
+            self.c.zone_finishes.inc();
+        }
+        self.close_container(z).await
+    }
+}
