@@ -8,5 +8,6 @@
 //! [`scalaafa`] and [`waflash`].
 
 pub mod core;
+pub mod csal;
 pub mod scalaafa;
 pub mod waflash;

@@ -19,6 +19,19 @@ pub trait RunKey: Ord + Clone + std::fmt::Debug + Send + Sync {
 pub enum Metric {
     /// Bytes written per second of the run, in GB/s (10^9 bytes, the papers' unit).
     WriteGbps,
+    /// Bytes read per second of the run, in GB/s.
+    ReadGbps,
+    /// Bytes read and written per second of the run, in GB/s.
+    TotalGbps,
+    /// A counter of the layers named `layer` (the stack's names), over the measured window.
+    Layer(&'static str, &'static str),
+    /// A counter of the layers named `layer` over the measured window, times `bytes`, per
+    /// second of the run, in GB/s (an engine's background traffic, counted in blocks).
+    LayerGbps(&'static str, &'static str, u64),
+    /// Write amplification of the SSD named `layer`: its NAND program bytes over the measured
+    /// window per byte the workload wrote (CSAL §6.3: the device's SMART NAND writes over
+    /// fio's logical writes).
+    Waf(&'static str),
     MeanLatUs,
     P99LatUs,
     ElapsedS,
@@ -59,6 +72,25 @@ pub fn kind_counter(layer: &LayerSnapshot, kind: &str, name: &str) -> u64 {
     own + layer.children.iter().map(|c| kind_counter(c, kind, name)).sum::<u64>()
 }
 
+/// A counter summed over every layer named `name` under `layer` (itself included).
+pub fn named_counter(layer: &LayerSnapshot, name: &str, counter: &str) -> u64 {
+    let own =
+        if layer.name == name { layer.counters.get(counter).copied().unwrap_or(0) } else { 0 };
+    own + layer.children.iter().map(|c| named_counter(c, name, counter)).sum::<u64>()
+}
+
+/// A counter of the layers named `name` over the measured window only.
+pub fn window_named_counter(run: &Run, name: &str, counter: &str) -> u64 {
+    let total = named_counter(&run.result.layers, name, counter);
+    let before = run
+        .result
+        .workload
+        .get("precondition_layers")
+        .and_then(|v| serde_json::from_value::<LayerSnapshot>(v.clone()).ok())
+        .map_or(0, |l| named_counter(&l, name, counter));
+    total.saturating_sub(before)
+}
+
 /// A counter of the layers of type `kind` over the measured window only: the run's total minus
 /// what it stood at when preconditioning ended (the result's `precondition_layers`).
 pub fn window_counter(run: &Run, kind: &str, name: &str) -> u64 {
@@ -77,6 +109,17 @@ pub fn metric_of(run: &Run, m: Metric) -> Option<f64> {
     let t = &run.total;
     match m {
         Metric::WriteGbps => (t.elapsed_ns > 0).then(|| t.write_bytes as f64 / t.elapsed_ns as f64),
+        Metric::ReadGbps => (t.elapsed_ns > 0).then(|| t.read_bytes as f64 / t.elapsed_ns as f64),
+        Metric::TotalGbps => {
+            (t.elapsed_ns > 0).then(|| (t.read_bytes + t.write_bytes) as f64 / t.elapsed_ns as f64)
+        }
+        Metric::Layer(name, counter) => Some(window_named_counter(run, name, counter) as f64),
+        Metric::LayerGbps(name, counter, bytes) => (t.elapsed_ns > 0).then(|| {
+            (window_named_counter(run, name, counter) * bytes) as f64 / t.elapsed_ns as f64
+        }),
+        Metric::Waf(name) => (t.write_bytes > 0).then(|| {
+            window_named_counter(run, name, "nand_program_bytes") as f64 / t.write_bytes as f64
+        }),
         Metric::MeanLatUs => (t.write_latency.count > 0).then(|| t.write_latency.mean_ns / 1e3),
         Metric::P99LatUs => {
             (t.write_latency.count > 0).then(|| t.write_latency.p99_ns as f64 / 1e3)
@@ -137,7 +180,15 @@ pub fn series_share(run: &Run, num: &str, den: &str) -> Option<f64> {
 /// A metric as a table shows it.
 pub fn fmt_metric(v: f64, m: Metric) -> String {
     match m {
-        Metric::WriteGbps => format!("{v:.2}"),
+        Metric::WriteGbps | Metric::ReadGbps | Metric::TotalGbps | Metric::LayerGbps(..) => {
+            if v < 0.1 {
+                format!("{v:.4}")
+            } else {
+                format!("{v:.2}")
+            }
+        }
+        Metric::Waf(_) => format!("{v:.2}"),
+        Metric::Layer(..) => format!("{v:.0}"),
         Metric::MeanLatUs
         | Metric::P99LatUs
         | Metric::MeanAllLatUs
