@@ -13,6 +13,11 @@ use crate::core::plots::Plots;
 use crate::core::results::{fmt_metric, Metric};
 use crate::core::{Mode, Results, Section};
 
+/// Which run of a system a table column shows.
+type KeyOf = Box<dyn Fn(Sys) -> Key>;
+/// A table column: its heading and its runs.
+type Category = (String, KeyOf);
+
 /// Every section, in the paper's order.
 pub(super) fn sections(mode: Mode, results: &Path) -> Vec<Section<'static, Key>> {
     let mut v = Vec::new();
@@ -33,9 +38,7 @@ pub(super) fn sections(mode: Mode, results: &Path) -> Vec<Section<'static, Key>>
         move |o, r, p| fig10(o, r, p, mode),
     ));
     v.push(Section::new("Fig. 11: skewed random writes", claims::fig11(), |o, r, p| {
-        by_skew(o, r, p, "fig11", "Fig. 11: random writes", Metric::WriteGbps, |bs, z| {
-            Load::rand_write(bs, z)
-        })
+        by_skew(o, r, p, "fig11", "Fig. 11: random writes", Metric::WriteGbps, Load::rand_write)
     }));
     v.push(Section::new("Figs. 12-13: reads", claims::figs12_13(), |o, r, p| {
         by_skew(o, r, p, "fig13", "Figs. 12-13: random reads", Metric::ReadGbps, |bs, z| {
@@ -54,7 +57,7 @@ pub(super) fn sections(mode: Mode, results: &Path) -> Vec<Section<'static, Key>>
                 "fig15",
                 "Fig. 15: WAF of the QLC device",
                 Metric::Waf("qlc"),
-                |bs, z| Load::rand_write(bs, z),
+                Load::rand_write,
             )
         },
     ));
@@ -127,7 +130,7 @@ fn table(
     title: &str,
     metric: Metric,
     y: &str,
-    cats: &[(String, Box<dyn Fn(Sys) -> Key>)],
+    cats: &[Category],
 ) -> Result<(), Error> {
     let _ = write!(out, "{title} ({y}):\n\n| system |");
     for (c, _) in cats {
@@ -156,14 +159,14 @@ fn table(
 fn fig10(out: &mut String, r: &Results<Key>, plots: &mut Plots, mode: Mode) -> Result<(), Error> {
     let planned = experiments::keys(mode);
     for seq in [false, true] {
-        let cats: Vec<(String, Box<dyn Fn(Sys) -> Key>)> = SIZES_KIB
+        let cats: Vec<Category> = SIZES_KIB
             .iter()
             .copied()
             .filter(|&bs| {
                 planned.iter().any(|k| k.load == Load::Write { seq, bs_kib: bs, zipf_x10: 0 })
             })
             .map(|bs| {
-                let f: Box<dyn Fn(Sys) -> Key> =
+                let f: KeyOf =
                     Box::new(move |s| Key::new(s, Load::Write { seq, bs_kib: bs, zipf_x10: 0 }));
                 (format!("{bs} KiB"), f)
             })
@@ -193,7 +196,7 @@ fn by_skew(
     metric: Metric,
     load: fn(u32, u32) -> Load,
 ) -> Result<(), Error> {
-    let mut cats: Vec<(String, Box<dyn Fn(Sys) -> Key>)> = Vec::new();
+    let mut cats: Vec<Category> = Vec::new();
     for bs in TWO_SIZES_KIB {
         for z in experiments::SKEWS_X10 {
             let name = if z == 0 {
@@ -212,11 +215,10 @@ fn by_skew(
 }
 
 fn fig14(out: &mut String, r: &Results<Key>, plots: &mut Plots) -> Result<(), Error> {
-    let cats: Vec<(String, Box<dyn Fn(Sys) -> Key>)> = TWO_SIZES_KIB
+    let cats: Vec<Category> = TWO_SIZES_KIB
         .iter()
         .map(|&bs| {
-            let f: Box<dyn Fn(Sys) -> Key> =
-                Box::new(move |s| Key::new(s, Load::Mixed { write_kib: bs }));
+            let f: KeyOf = Box::new(move |s| Key::new(s, Load::Mixed { write_kib: bs }));
             (format!("{bs} KiB writes"), f)
         })
         .collect();
@@ -234,12 +236,14 @@ fn fig14(out: &mut String, r: &Results<Key>, plots: &mut Plots) -> Result<(), Er
 
 /// Figs. 16-17: each system's user writes beside its background traffic, from its counters.
 fn backend(out: &mut String, r: &Results<Key>, _plots: &mut Plots) -> Result<(), Error> {
-    let rows: [(Sys, &str, &[(&str, &str)]); 4] = [
+    // (system, its engine layer, (label, counter) of each background stream)
+    type Row<'a> = (Sys, &'a str, &'a [(&'a str, &'a str)]);
+    let rows: [Row; 4] = [
         (Sys::OpenCas, "opencas", &[("flush", "flushed_blocks")]),
         (
             Sys::DmZoned,
             "dmzoned",
-            &[("RC-1", "reclaim_rnd_to_seq_blocks"), ("RC-2", "reclaim_seq_to_rnd_blocks")],
+            &[("RC-1", "reclaim_rc1_blocks"), ("RC-2", "reclaim_rc2_blocks")],
         ),
         (Sys::CsalBlk, "csal", &[("CP", "compaction_blocks_written"), ("GC", "gc_blocks_written")]),
         (Sys::CsalZns, "csal", &[("CP", "compaction_blocks_written"), ("GC", "gc_blocks_written")]),
