@@ -307,10 +307,17 @@ pub(super) fn figs16_17() -> Vec<Claim<Key>> {
             Unit::Gbps,
             "§6.4: \"this process generates around 700MB/s throughput combined by two types of \
              reclaiming processes\"",
-            Eval::Abs(
-                w4(Sys::DmZoned),
-                Metric::LayerGbps("dmzoned", "reclaim_blocks_written", 4096),
-            ),
+            Eval::Custom {
+                keys: vec![w4(Sys::DmZoned)],
+                f: Box::new(move |r| {
+                    let k = w4(Sys::DmZoned);
+                    let rc1 =
+                        r.get(&k, Metric::LayerGbps("dmzoned", "reclaim_rc1_blocks", 4096))?;
+                    let rc2 =
+                        r.get(&k, Metric::LayerGbps("dmzoned", "reclaim_rc2_blocks", 4096))?;
+                    Some(rc1 + rc2)
+                }),
+            },
         ),
         Claim::direction_only(
             "4 KiB random writes: dm-zoned user writes, GB/s",
