@@ -14,9 +14,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use flashrig_blockdev::DevResult;
+use futures_util::future::try_join_all;
 
 use super::format::{CState, Kind, Record, UNMAPPED};
 use super::{Inner, Stream};
+
+/// Valid runs (each at most a batch) a move reads side by side before writing what they
+/// filled: 16 runs of up to 512 KiB bound the data in flight to 8 MiB.
+const READ_WINDOW_RUNS: usize = 16;
+/// Chunks one compaction empties together at most.
+const MAX_CHUNKS_PER_COMPACTION: u64 = 16;
 
 /// A block read from a victim, waiting in its stream's buffer.
 struct Moving {
@@ -41,98 +48,170 @@ impl Inner {
             .min_by_key(|&i| (st.containers[i].valid * 1_000_000 / self.geo.capacity(i), i))
     }
 
-    /// One compaction: empties the chunk with the lowest valid ratio. Returns whether it
-    /// made progress.
-    pub(crate) async fn compact_one(self: &Arc<Self>) -> DevResult<bool> {
-        let Some(v) = self.pick_victim(false) else { return Ok(false) };
-        self.c.compactions.inc();
-        self.evacuate(v, false).await
+    /// The closed chunks with the lowest valid ratios, at most `n`, lowest first.
+    fn pick_chunks(&self, n: usize) -> Vec<usize> {
+        let st = self.st.lock();
+        let mut v: Vec<usize> = (0..self.geo.chunks as usize)
+            .filter(|&i| st.containers[i].state == CState::Closed)
+            .collect();
+        v.sort_by_key(|&i| (st.containers[i].valid * 1_000_000 / self.geo.capacity(i), i));
+        v.truncate(n);
+        v
     }
 
-    /// Moves every valid block of container `victim` into zones; releases it when nothing
-    /// valid is left. Returns false when no zone could be opened before anything moved.
+    /// One compaction: empties the chunks with the lowest valid ratios, as many together as
+    /// fill every tenant's 512 KiB buffer once when the chunks are full (§4.3: data is
+    /// "grouped by user ID" in DRAM and appended "when the buffer reaches the 512KB"; chunks
+    /// smaller than that, as at reduced scale, would otherwise send each tenant's share of
+    /// one chunk as a short write). Returns whether it made progress.
+    pub(crate) async fn compact_one(self: &Arc<Self>) -> DevResult<bool> {
+        let streams = if self.opts.user_isolation { self.opts.tenants.max(1) as u64 } else { 1 };
+        let want = (self.opts.batch_blocks.max(1) * streams).div_ceil(self.geo.chunk_blocks);
+        let victims = self.pick_chunks(want.clamp(1, MAX_CHUNKS_PER_COMPACTION) as usize);
+        if victims.is_empty() {
+            return Ok(false);
+        }
+        self.c.compactions.inc();
+        self.evacuate_all(&victims, false).await
+    }
+
+    /// Moves every valid block of container `victim` into zones (see [`Self::evacuate_all`]).
     pub(crate) async fn evacuate(self: &Arc<Self>, victim: usize, gc: bool) -> DevResult<bool> {
+        self.evacuate_all(&[victim], gc).await
+    }
+
+    /// Moves every valid block of the `victims` into zones; releases each that has nothing
+    /// valid left. Returns false when no zone could be opened before anything moved.
+    ///
+    /// The victim's valid runs are read `READ_WINDOW_RUNS` at a time, side by side, and the
+    /// full batches they make are written with every stream's batches in order and the
+    /// streams side by side (each stream is its own zone), so a move keeps both devices busy
+    /// rather than waiting on one read or one zone write at a time.
+    pub(crate) async fn evacuate_all(
+        self: &Arc<Self>,
+        victims: &[usize],
+        gc: bool,
+    ) -> DevResult<bool> {
         let g = self.geo.clone();
-        let bs = self.bs();
-        let mdb = self.mdb();
-        let cap = g.capacity(victim);
-        let first = g.first_pba(victim);
         let batch = self.opts.batch_blocks.max(1);
-        let mut buffers: BTreeMap<Stream, Vec<Moving>> = BTreeMap::new();
-        let mut progress = false;
-        let mut off = 0u64;
-        loop {
-            // The next run of valid blocks, at most a batch long.
-            let run = {
-                let st = self.st.lock();
-                let mut s = off;
-                while s < cap && !st.bit(first + s) {
-                    s += 1;
-                }
-                if s >= cap {
-                    None
-                } else {
+        // The valid runs (first PBA, blocks) as the bitmaps show them now, each at most a
+        // batch long. Blocks that turn invalid meanwhile are read anyway and left behind when
+        // their move finds the L2P pointing elsewhere.
+        let runs: Vec<(u64, u64)> = {
+            let st = self.st.lock();
+            let mut v = Vec::new();
+            for &victim in victims {
+                let (first, cap) = (g.first_pba(victim), g.capacity(victim));
+                let mut s = 0;
+                while s < cap {
+                    if !st.bit(first + s) {
+                        s += 1;
+                        continue;
+                    }
                     let mut n = 1;
                     while s + n < cap && n < batch && st.bit(first + s + n) {
                         n += 1;
                     }
-                    Some((s, n))
+                    v.push((first + s, n));
+                    s += n;
                 }
-            };
-            let Some((s, n)) = run else { break };
-            let mut data = vec![0u8; n as usize * bs];
-            let mut md = vec![0u8; n as usize * mdb];
-            self.read_with_md((first + s) as u32, &mut data, &mut md).await?;
-            if gc {
-                self.c.gc_blocks_read.add(n);
-            } else {
-                self.c.compaction_blocks_read.add(n);
             }
-            for i in 0..n as usize {
-                let from = (first + s) as u32 + i as u32;
-                let d = &data[i * bs..(i + 1) * bs];
-                // A block whose record or data does not check holds nothing recovery would
-                // accept either: it stops counting as valid rather than pin its container.
-                let r = match Record::decode(&md[i * mdb..(i + 1) * mdb]) {
-                    Some(r) if r.data_matches(d) => r,
-                    _ => {
+            v
+        };
+        let mut buffers: BTreeMap<Stream, Vec<Moving>> = BTreeMap::new();
+        let mut progress = false;
+        for window in runs.chunks(READ_WINDOW_RUNS) {
+            let reads = window.iter().map(|&(pba, n)| self.read_run(pba, n, gc));
+            let blocks = try_join_all(reads).await?;
+            let mut ready: Vec<(Stream, Vec<Moving>)> = Vec::new();
+            for run in blocks {
+                for (from, r, data) in run {
+                    if r.kind == Kind::Trim && !self.trim_needed(&r).await? {
                         self.st.lock().set_valid(&g, from as u64, false);
                         continue;
                     }
-                };
-                if r.kind == Kind::Trim && !self.trim_needed(&r).await? {
-                    self.st.lock().set_valid(&g, from as u64, false);
-                    continue;
-                }
-                let stream = self.stream_for(gc, r.tenant);
-                buffers.entry(stream).or_default().push(Moving {
-                    record: r,
-                    data: d.to_vec(),
-                    from,
-                });
-                if buffers[&stream].len() as u64 >= batch {
-                    let items = buffers.remove(&stream).unwrap();
-                    if !self.flush_moves(stream, gc, items).await? {
-                        return Ok(progress);
+                    let stream = self.stream_for(gc, r.tenant);
+                    let buf = buffers.entry(stream).or_default();
+                    buf.push(Moving { record: r, data, from });
+                    if buf.len() as u64 >= batch {
+                        ready.push((stream, buffers.remove(&stream).unwrap()));
                     }
-                    progress = true;
                 }
             }
-            off = s + n;
-        }
-        for (stream, items) in std::mem::take(&mut buffers) {
-            if !self.flush_moves(stream, gc, items).await? {
-                return Ok(progress);
+            let any = !ready.is_empty();
+            match self.flush_streams(gc, ready).await? {
+                Some(()) => progress |= any,
+                None => return Ok(progress),
             }
-            progress = true;
         }
-        let empty = self.st.lock().containers[victim].valid == 0;
-        if empty {
+        let rest: Vec<(Stream, Vec<Moving>)> = std::mem::take(&mut buffers).into_iter().collect();
+        if !rest.is_empty() && self.flush_streams(gc, rest).await?.is_none() {
+            return Ok(progress);
+        }
+        let emptied: Vec<usize> = {
+            let st = self.st.lock();
+            victims.iter().copied().filter(|&v| st.containers[v].valid == 0).collect()
+        };
+        if !emptied.is_empty() {
             let _g = self.meta.lock(0).await;
-            self.st.lock().containers[victim].state = CState::Released;
+            {
+                let mut st = self.st.lock();
+                for v in emptied {
+                    st.containers[v].state = CState::Released;
+                }
+            }
             self.persist_state(false).await?;
         }
         Ok(true)
+    }
+
+    /// Reads `n` blocks at PBA `pba` with their records; returns the blocks whose record and
+    /// data check (PBA, record, data). A block that does not check holds nothing recovery
+    /// would accept either: it stops counting as valid rather than pin its container.
+    async fn read_run(&self, pba: u64, n: u64, gc: bool) -> DevResult<Vec<(u32, Record, Vec<u8>)>> {
+        let (bs, mdb) = (self.bs(), self.mdb());
+        let mut data = vec![0u8; n as usize * bs];
+        let mut md = vec![0u8; n as usize * mdb];
+        self.read_with_md(pba as u32, &mut data, &mut md).await?;
+        if gc {
+            self.c.gc_blocks_read.add(n);
+        } else {
+            self.c.compaction_blocks_read.add(n);
+        }
+        let mut out = Vec::with_capacity(n as usize);
+        for i in 0..n as usize {
+            let from = pba as u32 + i as u32;
+            let d = &data[i * bs..(i + 1) * bs];
+            match Record::decode(&md[i * mdb..(i + 1) * mdb]) {
+                Some(r) if r.data_matches(d) => out.push((from, r, d.to_vec())),
+                _ => self.st.lock().set_valid(&self.geo, from as u64, false),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes batches: each stream's in order, the streams side by side. `Some(())` when
+    /// every batch was written (or there were none), `None` when a stream could open no zone
+    /// (its batches stay where they are, still valid, for a later pass).
+    async fn flush_streams(
+        self: &Arc<Self>,
+        gc: bool,
+        batches: Vec<(Stream, Vec<Moving>)>,
+    ) -> DevResult<Option<()>> {
+        let mut by_stream: BTreeMap<Stream, Vec<Vec<Moving>>> = BTreeMap::new();
+        for (s, items) in batches {
+            by_stream.entry(s).or_default().push(items);
+        }
+        let writers = by_stream.into_iter().map(|(s, list)| async move {
+            for items in list {
+                if !self.flush_moves(s, gc, items).await? {
+                    return Ok::<bool, flashrig_blockdev::DevError>(false);
+                }
+            }
+            Ok(true)
+        });
+        let all = try_join_all(writers).await?;
+        Ok(all.into_iter().all(|ok| ok).then_some(()))
     }
 
     /// Whether a trim record must be kept: one of its LBAs is still unmapped.

@@ -7,7 +7,9 @@
 //! 2. **compaction**, when free chunks are below `compaction_free_fraction` of all chunks
 //!    (or a writer waits for a chunk);
 //! 3. **checkpoint**, when released chunks or zones wait for one to become free and free
-//!    space is short (a released container is reusable only after the next checkpoint).
+//!    space is short (a released container is reusable only after the next checkpoint):
+//!    at once for zones, for chunks once a batch of them is released (a quarter of the free
+//!    chunks compaction keeps) or when no free chunk is left.
 //!
 //! When a round finds nothing, the task ends; a chunk opening, a writer waiting for space or a
 //! chunk closing starts it again (`kick`). Client I/O is not routed through this reactor: a
@@ -71,6 +73,28 @@ impl Inner {
         free < self.opts.compaction_free_fraction * self.geo.chunks as f64 || free < 1.0
     }
 
+    /// Released chunks and zones no read still uses (what a checkpoint would free).
+    fn released_counts(&self) -> (u64, u64) {
+        let st = self.st.lock();
+        let mut n = (0, 0);
+        for (i, c) in st.containers.iter().enumerate() {
+            if c.state == CState::Released && c.readers == 0 {
+                if self.geo.is_zone(i) {
+                    n.1 += 1;
+                } else {
+                    n.0 += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Released chunks a checkpoint waits for: a quarter of the chunks compaction keeps free
+    /// (5% of all chunks at the paper's 20%), at least one.
+    fn checkpoint_batch_chunks(&self) -> u64 {
+        ((self.opts.compaction_free_fraction * self.geo.chunks as f64 / 4.0) as u64).max(1)
+    }
+
     fn released(&self) -> bool {
         self.st.lock().containers.iter().any(|c| c.state == CState::Released && c.readers == 0)
     }
@@ -85,9 +109,20 @@ impl Inner {
     pub(crate) async fn step(self: &Arc<Self>) -> DevResult<bool> {
         let gc_due = self.gc_due();
         let compaction_due = self.compaction_due();
-        // Released containers first: a checkpoint makes them free, which may be all the
-        // space that was wanted (and keeps GC from moving blocks of zones it need not touch).
-        if (gc_due || compaction_due) && self.released() {
+        // Released containers become free at a checkpoint. A checkpoint writes every dirty
+        // L2P page and the bitmaps and flushes both members, so chunks are released in
+        // batches (`checkpoint_batch_chunks`), while there is still free space to write into;
+        // a released zone is worth one at once (GC runs only when zones are scarce), and so
+        // is any released chunk when no free chunk is left or nothing more can be compacted.
+        let (rel_chunks, rel_zones) = self.released_counts();
+        let free_chunks = self.st.lock().count(&self.geo, false, CState::Free);
+        let checkpoint_now = (gc_due && rel_zones > 0)
+            || (compaction_due
+                && rel_chunks > 0
+                && (rel_chunks >= self.checkpoint_batch_chunks()
+                    || free_chunks == 0
+                    || self.pick_victim(false).is_none()));
+        if checkpoint_now {
             self.checkpoint(false).await?;
             return Ok(true);
         }

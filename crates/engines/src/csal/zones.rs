@@ -49,27 +49,36 @@ impl Inner {
                 Some(z) => z,
                 None => return Ok(None),
             };
-            let (off, n, zsid) = {
+            let reserved = {
                 let mut st = self.st.lock();
-                st.stream_clock += 1;
-                let clock = st.stream_clock;
-                st.streams.insert(s, (z, clock));
-                let c = &mut st.containers[z];
-                let n = ((items.len() - done) as u64).min(self.geo.zone_capacity_blocks - c.wp);
-                let off = c.wp;
-                c.wp += n;
-                c.inflight += 1;
-                for i in 0..n as usize {
-                    let r = &items[done + i].0;
-                    let (trim, origin) = match r.kind {
-                        super::format::Kind::Trim => (r.count, r.origin()),
-                        super::format::Kind::Data => (0, 0),
-                    };
-                    c.p2l[off as usize + i] =
-                        P2lEntry { sid: r.sid, lba: r.lba as u32, trim, origin };
+                // Another stream may have finished this zone to make room since
+                // `stream_zone` returned it: look again.
+                if st.streams.get(&s).map(|&(zz, _)| zz) != Some(z)
+                    || st.containers[z].wp >= self.geo.zone_capacity_blocks
+                {
+                    None
+                } else {
+                    st.stream_clock += 1;
+                    let clock = st.stream_clock;
+                    st.streams.insert(s, (z, clock));
+                    let c = &mut st.containers[z];
+                    let n = ((items.len() - done) as u64).min(self.geo.zone_capacity_blocks - c.wp);
+                    let off = c.wp;
+                    c.wp += n;
+                    c.inflight += 1;
+                    for i in 0..n as usize {
+                        let r = &items[done + i].0;
+                        let (trim, origin) = match r.kind {
+                            super::format::Kind::Trim => (r.count, r.origin()),
+                            super::format::Kind::Data => (0, 0),
+                        };
+                        c.p2l[off as usize + i] =
+                            P2lEntry { sid: r.sid, lba: r.lba as u32, trim, origin };
+                    }
+                    Some((off, n, c.sid))
                 }
-                (off, n, c.sid)
             };
+            let Some((off, n, zsid)) = reserved else { continue };
             let mut data = vec![0u8; n as usize * bs];
             let mut md = vec![0u8; n as usize * mdb];
             for i in 0..n as usize {
@@ -106,13 +115,17 @@ impl Inner {
         }
         // Respect the member's open limit: finish the least recently written other stream.
         while self.open_zone_limit > 0 && self.st.lock().streams.len() >= self.open_zone_limit {
-            let (victim, z) = {
-                let st = self.st.lock();
+            // The victim leaves `streams` before its zone is finished: an append of that
+            // stream running concurrently (compaction writes its streams side by side) then
+            // either reserved its blocks already, and the finish waits for the write, or sees
+            // its stream gone and opens a zone of its own.
+            let z = {
+                let mut st = self.st.lock();
                 let (&v, &(z, _)) = st.streams.iter().min_by_key(|(_, (_, t))| *t).unwrap();
-                (v, z)
+                st.streams.remove(&v);
+                z
             };
             self.finish_zone(z).await?;
-            self.st.lock().streams.remove(&victim);
         }
         let z = {
             let st = self.st.lock();
