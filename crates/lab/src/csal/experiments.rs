@@ -39,7 +39,7 @@ pub(super) const MIXED_JOB_MB_PER_S: u64 = 700;
 const CHUNK_FULL_BYTES: u64 = 1 << 30;
 /// CSAL's L2P page cache at full scale (§4.2: "uses another 2GB DRAM to cache the recently
 /// accessed pages"; §6.4 "2GB cache (i.e., the default configuration)").
-const L2P_CACHE_FULL_BYTES: u64 = 2 << 30;
+pub(super) const L2P_CACHE_FULL_BYTES: u64 = 2 << 30;
 /// §6.4's "non-cache" mode: "we limit the DRAM used for L2P pages to 10KB", which holds two
 /// 4 KiB pages (not scaled: it is already almost nothing).
 pub(super) const L2P_NONE_BYTES: u64 = 8 << 10;
