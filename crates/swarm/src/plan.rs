@@ -99,13 +99,7 @@ impl Limits {
     /// The stacks these limits allow; an error names the unknown prefix and the choices.
     pub fn stacks(&self) -> Result<Vec<StackSpec>, String> {
         let all = catalogue();
-        // Stacks with an open failure are drawn only when named (or by a prefix of their name).
-        let Some(prefix) = &self.stack else {
-            return Ok(all
-                .into_iter()
-                .filter(|s| !crate::stack::KNOWN_FAILING.contains(&s.name.as_str()))
-                .collect());
-        };
+        let Some(prefix) = &self.stack else { return Ok(all) };
         // An exact name is that stack alone (`raid:4+1` is not also `raid:4+1:cache`).
         if let Some(s) = all.iter().find(|s| &s.name == prefix) {
             return Ok(vec![s.clone()]);
