@@ -21,7 +21,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use flashrig_blockdev::{
     check_io, check_range, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, VendorCommand,
-    VendorReply, WriteHints,
+    VendorReply, WriteHints, ZoneCommand, ZoneReply,
 };
 use flashrig_metrics::Registry;
 use parking_lot::Mutex;
@@ -415,6 +415,12 @@ impl BlockDevice for Fuse {
     async fn vendor(&self, cmd: VendorCommand<'_>) -> DevResult<VendorReply> {
         self.alive()?;
         let r = self.inner.vendor(cmd).await;
+        self.complete(r, false)
+    }
+    /// Zone commands pass like writes (a zoned member behind a fuse, as `csal:zns` has).
+    async fn zone(&self, cmd: ZoneCommand) -> DevResult<ZoneReply> {
+        self.alive()?;
+        let r = self.inner.zone(cmd).await;
         self.complete(r, false)
     }
 }

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use flashrig_blockdev::{
     BlockDevice, DevRef, DevResult, DeviceInfo, VendorCommand, VendorReply, WriteHints,
+    ZoneCommand, ZoneReply,
 };
 use flashrig_metrics::Registry;
 use parking_lot::Mutex;
@@ -197,6 +198,10 @@ impl BlockDevice for Rot {
     }
     async fn vendor(&self, cmd: VendorCommand<'_>) -> DevResult<VendorReply> {
         self.inner.vendor(cmd).await
+    }
+    async fn zone(&self, cmd: ZoneCommand) -> DevResult<ZoneReply> {
+        self.delay().await;
+        self.inner.zone(cmd).await
     }
 }
 

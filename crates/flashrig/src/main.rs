@@ -775,8 +775,10 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                     flashrig::bench::raid_full_stripe_write(4, 1, stripes),
                     flashrig::bench::twophase_write(4, 1, if quick { 1 } else { 3 }),
                     flashrig::bench::scala_write(4, 1, if quick { 1 } else { 3 }),
+                    flashrig::bench::csal_write(if quick { 1 } else { 2 }),
                     flashrig::bench::scala_manager_messages(3, 200 / scale, 64),
                 ];
+                r.extend(flashrig::bench::csal_l2p_lookups(200_000 / scale));
                 for (k, m) in [(4, 1), (6, 1), (6, 2)] {
                     r.extend(flashrig::bench::parity_encode(k, m, secs));
                 }

@@ -27,8 +27,15 @@ fn a_short_swarm_runs_and_prints_its_counters() {
     let list = flashrig(&["swarm", "--list"]);
     let listed = text(&list.stdout);
     assert!(list.status.success());
-    for name in ["ssd:plp", "raid:6+2:cache", "twophase:4+2", "scala:2+1:host", "scala:4+2:offload"]
-    {
+    for name in [
+        "ssd:plp",
+        "raid:6+2:cache",
+        "twophase:4+2",
+        "scala:2+1:host",
+        "scala:4+2:offload",
+        "csal:naive",
+        "csal:zns",
+    ] {
         assert!(listed.contains(name), "{name} not listed: {listed}");
     }
 }

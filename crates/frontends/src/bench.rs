@@ -332,6 +332,146 @@ pub fn scala_write(k: usize, m: usize, passes: u64) -> BenchResult {
     }
 }
 
+/// `csal` over RAM for the benchmarks: a 64 MiB fast RAM member and a 256 MiB `Zoned` layer
+/// (64 zones of 4 MiB) over a second RAM member, both with 64 metadata bytes per block;
+/// chunks of a zone (4 MiB); `cache_pages` L2P pages cached (4 KiB each, 1024 entries).
+async fn csal_on_ram(
+    fast: flashrig_blockdev::DevRef,
+    zmem: flashrig_blockdev::DevRef,
+    cache_pages: usize,
+    fresh: bool,
+) -> flashrig_engines::Csal {
+    use flashrig_engines::{Csal, CsalOptions, Zoned, ZonedOptions};
+    let zo = ZonedOptions {
+        zone_blocks: 1024,
+        zone_capacity_blocks: 1024,
+        max_open_zones: 0,
+        max_active_zones: 0,
+    };
+    let opts = CsalOptions { l2p_cache_pages: cache_pages, ..CsalOptions::default() };
+    if fresh {
+        let zoned = Arc::new(Zoned::create("zoned", zmem, zo).await.expect("zoned"));
+        Csal::create("csal", fast, zoned, opts).await.expect("csal")
+    } else {
+        let zoned = Arc::new(Zoned::open("zoned", zmem, zo).await.expect("zoned"));
+        Csal::open("csal", fast, zoned, opts).await.expect("csal")
+    }
+}
+
+/// The RAM members of [`csal_on_ram`].
+fn csal_ram_members() -> (flashrig_blockdev::DevRef, flashrig_blockdev::DevRef) {
+    use flashrig_devices::RamDevice;
+    let fast = Arc::new(RamDevice::new("fast", 4096, 16384, 64, 0));
+    // 64 zones and the zoned layer's two write-pointer table copies.
+    let zmem = Arc::new(RamDevice::new("zmem", 4096, 64 * 1024 + 2, 64, 0));
+    (fast, zmem)
+}
+
+/// User write throughput of one I/O reactor of `csal` on RAM members in the real runtime (the
+/// internal work — compaction, GC, checkpoints — on a second reactor, the engine's default):
+/// 4 KiB random writes at QD32 over the whole device, `passes` times the device's blocks after
+/// an untimed sequential filling pass, so the buffer is full and compaction moves chunks into
+/// zones (and GC runs on the zones) alongside; every L2P page is cached.
+pub fn csal_write(passes: u64) -> BenchResult {
+    let (res, _) = run(RuntimeKind::Real, 2, move || async move {
+        let (fast, zmem) = csal_ram_members();
+        let cs = Arc::new(csal_on_ram(fast, zmem, 1024, true).await);
+        let eng: flashrig_blockdev::DevRef = cs.clone();
+        let range = eng.info().num_blocks / 16 * 16;
+        seq_writes_64k(&eng, range / 16, range, 1).await;
+        let count = passes * range;
+        let t0 = Instant::now();
+        crate::workload::closed_loop(
+            eng.clone(),
+            true,
+            crate::workload::Access::Rand,
+            1,
+            32,
+            count,
+            range,
+            3,
+        )
+        .await
+        .expect("write");
+        let secs = t0.elapsed().as_secs_f64();
+        let snap = flashrig_blockdev::snapshot_stack(eng.as_ref());
+        let c = |n: &str| snap.counters.get(n).copied().unwrap_or(0);
+        let wa = snap.values.get("zoned_write_amplification").copied().unwrap_or(f64::NAN);
+        (secs, count, wa, c("compactions"), c("gc_runs"))
+    });
+    let (secs, count, wa, compactions, gc) = res;
+    BenchResult {
+        name: "csal 4 KiB random writes".into(),
+        value: count as f64 / secs,
+        unit: "IOPS".into(),
+        detail: format!(
+            "{:.2} GB/s of user data; {count} writes ({passes} x the 224 MiB device) at QD32 \
+             after an untimed sequential fill, one I/O reactor + the internal one, real \
+             runtime, RAM members (64 MiB fast, 256 MiB zoned); {compactions} compactions, \
+             {gc} GC runs, zoned write amplification {wa:.2}",
+            count as f64 * 4096.0 / secs / 1e9
+        ),
+    }
+}
+
+/// L2P lookups per second in `csal`, measured through 4 KiB reads of mapped blocks at QD1 on
+/// one I/O reactor of the real runtime: the device is filled, closed cleanly and opened again
+/// with every L2P page cached (each read a cache hit), then with a one-page cache and reads
+/// spread over the whole device (nearly every read a miss: the page is read from the fast
+/// member's metadata region, the clean victim dropped). Each lookup includes reading its 4 KiB
+/// block from RAM; the difference between the two is the page fault.
+pub fn csal_l2p_lookups(reads: u64) -> Vec<BenchResult> {
+    let (res, _) = run(RuntimeKind::Real, 2, move || async move {
+        let (fast, zmem) = csal_ram_members();
+        let mut cur = Arc::new(csal_on_ram(fast.clone(), zmem.clone(), 1024, true).await);
+        let range = flashrig_blockdev::BlockDevice::info(cur.as_ref()).num_blocks / 16 * 16;
+        let dev: flashrig_blockdev::DevRef = cur.clone();
+        seq_writes_64k(&dev, range / 16, range, 1).await;
+        let mut out = Vec::new();
+        for (label, pages) in [("hit", 1024usize), ("miss", 1)] {
+            // A clean close, so the next open loads the metadata region without replay.
+            cur.close().await.expect("close");
+            drop(cur);
+            cur = Arc::new(csal_on_ram(fast.clone(), zmem.clone(), pages, false).await);
+            let dev: flashrig_blockdev::DevRef = cur.clone();
+            let before = flashrig_blockdev::snapshot_stack(dev.as_ref());
+            let t0 = Instant::now();
+            crate::workload::closed_loop(
+                dev.clone(),
+                false,
+                crate::workload::Access::Rand,
+                1,
+                1,
+                reads,
+                range,
+                5,
+            )
+            .await
+            .expect("read");
+            let secs = t0.elapsed().as_secs_f64();
+            let after = flashrig_blockdev::snapshot_stack(dev.as_ref());
+            let d = |n: &str| {
+                after.counters.get(n).copied().unwrap_or(0)
+                    - before.counters.get(n).copied().unwrap_or(0)
+            };
+            out.push((label, pages, secs, d("l2p_hits"), d("l2p_misses")));
+        }
+        out
+    });
+    res.into_iter()
+        .map(|(label, pages, secs, hits, misses)| BenchResult {
+            name: format!("csal L2P lookups, cache {label}"),
+            value: reads as f64 / secs,
+            unit: "lookups/s".into(),
+            detail: format!(
+                "{reads} random 4 KiB reads of mapped blocks at QD1 over the 224 MiB device \
+                 (56 L2P pages), {pages} page(s) cached: {hits} hits, {misses} misses; one I/O \
+                 reactor, real runtime, RAM members; includes each block's read"
+            ),
+        })
+        .collect()
+}
+
 /// The space manager's messages under recall pressure (issue 6): `io` I/O reactors and the
 /// manager's reactor on the real runtime, a `scala` 4+1 over RAM disks with one-block chunks
 /// and one more VH per member than there are reactors. Each round, every I/O reactor but the

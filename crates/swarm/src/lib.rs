@@ -24,7 +24,7 @@ use std::time::Instant;
 
 pub use plan::{draw, Limits, Plan};
 pub use run::{execute, Tally};
-pub use stack::{catalogue, StackSpec};
+pub use stack::{catalogue, StackSpec, KNOWN_FAILING};
 
 /// What a swarm does.
 #[derive(Clone, Debug, Default)]

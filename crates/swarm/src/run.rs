@@ -349,7 +349,8 @@ async fn go(plan: &Plan, t: &mut Tally) -> Result<(), String> {
         if let Some(img) = &image {
             t.open_blocks += img.open_blocks() as u64;
         }
-        let tears = if members.on_ssds() { 1 } else { round.tears.max(1) };
+        // An SSD's crash state cannot be copied: one state per cut where any member is one.
+        let tears = if members.any_ssd() { 1 } else { round.tears.max(1) };
         for tear in 0..tears {
             let last = tear + 1 == tears;
             let percent = match rng.next_u64() % 4 {
@@ -363,6 +364,8 @@ async fn go(plan: &Plan, t: &mut Tally) -> Result<(), String> {
             let nested: &[u64] = if last { &round.nested } else { &[] };
             let state = if members.on_ssds() {
                 "the SSDs' own power loss".to_string()
+            } else if members.any_ssd() {
+                format!("the SSDs' own power loss, {percent}% of RAM members' unflushed landed")
             } else {
                 format!("tear {tear}: {percent}% of unflushed blocks landed")
             };
