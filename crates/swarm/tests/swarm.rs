@@ -156,8 +156,8 @@ fn the_same_seed_gives_the_same_run_and_the_replay_line_round_trips() {
 }
 
 /// The runs in which the swarm found engine bugs, kept as regression cases (each also has a
-/// smallest test in crates/check/tests, except the scala rebuild one, whose timing the
-/// plan reproduces best). If the plan's draw ever changes, these seeds draw other runs: find
+/// smallest test in crates/check/tests, or for csal in crates/engines/tests, except the scala
+/// rebuild one, whose timing the plan reproduces best). If the plan's draw ever changes, these seeds draw other runs: find
 /// the cases again with the fix reverted, or keep these as ordinary seeds.
 #[test]
 fn the_runs_that_found_bugs_pass() {
@@ -167,6 +167,7 @@ fn the_runs_that_found_bugs_pass() {
         (3_000_196, "scala:4+2:offload", "the same GC trim, over SSDs"),
         (58, "scala:2+1:offload", "a stale error of a pulled member failed its replacement"),
         (2_000_396, "scala:2+1:offload", "the same stale error"),
+        (9_002_511, "csal:zns", "a checkpoint's L2P page mapped a block written during its flush"),
     ] {
         let limits = Limits { stack: Some(stack.into()), ..Limits::default() };
         let (_, out) = run_seed(seed, &limits).unwrap();
@@ -187,7 +188,7 @@ fn csal_stacks_survive_the_swarm() {
     let n: u64 =
         std::env::var("FLASHRIG_CSAL_SEEDS").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(24);
     let mut total = Tally::default();
-    // `csal:zns` has an open failure (seed 9002511, `flashrig_swarm::KNOWN_FAILING`): left out.
+    // Stacks with an open failure (`flashrig_swarm::KNOWN_FAILING`, none now) are left out.
     for stack in catalogue()
         .into_iter()
         .filter(|s| s.name.starts_with("csal:") && !KNOWN_FAILING.contains(&s.name.as_str()))

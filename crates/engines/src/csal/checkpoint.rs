@@ -3,12 +3,14 @@
 //! chunk or zone closes, and checkpoints.
 //!
 //! A checkpoint (1) notes the checkpoint SID, the smallest SID of a container open now (or
-//! the next SID when none is), and the containers released so far; (2) flushes both members,
-//! so that every block the L2P maps is durable; (3) writes every dirty L2P page and the
-//! validity bitmaps; (4) writes a state slot with the new checkpoint SID and flushes. Every
-//! block written after step 1 lands in a container with a SID at or above the checkpoint SID,
-//! which is what checkpoint recovery replays. Only then do the released containers become
-//! free: until this checkpoint, the L2P on the fast device could still map blocks in them.
+//! the next SID when none is), and the containers released so far, and copies every dirty L2P
+//! page and the validity bitmaps; (2) flushes both members, so that every block those copies
+//! map is durable; (3) writes the copies; (4) writes a state slot with the new checkpoint SID
+//! and flushes. The copies are taken before the flush because writes keep completing during
+//! it: a page copied later could map a block the flush did not cover. Every block written
+//! after step 1 lands in a container with a SID at or above the checkpoint SID, which is what
+//! checkpoint recovery replays. Only then do the released containers become free: until this
+//! checkpoint, the L2P on the fast device could still map blocks in them.
 
 use std::sync::atomic::Ordering;
 
@@ -91,17 +93,30 @@ impl Inner {
 
     pub(crate) async fn checkpoint(&self, clean: bool) -> DevResult<()> {
         let _g = self.meta.lock(0).await;
-        let (ckpt_sid, released, bits) = {
-            let st = self.st.lock();
+        let pager = self.pager.lock(0).await;
+        // The dirty L2P pages are copied here, before the flush, not after it. User writes and
+        // moves keep completing while the members flush (a ZNS SSD's flush takes long enough
+        // for several), so a page copied after the flush could map an LBA to a block written
+        // after it, which a power cut before this checkpoint's last flush can still lose;
+        // recovery trusts the checkpointed L2P and would then return whatever that place held
+        // before (`tests/csal_checkpoint_order.rs`). An entry set after the copy leaves its page
+        // dirty, and its block lands in a container whose SID is at or above `ckpt_sid`, which
+        // recovery replays. The validity bitmaps are copied at the same moment.
+        let (ckpt_sid, released, bits, pages) = {
+            let mut st = self.st.lock();
             let open_min =
                 st.containers.iter().filter(|c| c.state == CState::Open).map(|c| c.sid).min();
             let released: Vec<usize> = (0..st.containers.len())
                 .filter(|&i| st.containers[i].state == CState::Released)
                 .collect();
-            (open_min.unwrap_or(st.next_sid), released, st.valid_bits.clone())
+            let pages = Self::take_dirty_pages(&mut st);
+            (open_min.unwrap_or(st.next_sid), released, st.valid_bits.clone(), pages)
         };
         self.flush_members().await?;
-        self.write_dirty_pages().await?;
+        for (k, e) in &pages {
+            self.write_page(*k, e).await?;
+        }
+        drop(pager);
         self.write_bitmaps(&bits).await?;
         self.fast.flush().await?;
         {

@@ -175,28 +175,23 @@ impl Inner {
         Ok(())
     }
 
-    /// Writes every dirty cached page (a checkpoint's first half); the caller holds no locks.
-    pub(crate) async fn write_dirty_pages(&self) -> DevResult<()> {
-        let _g = self.pager.lock(0).await;
-        let dirty: Vec<(u64, Vec<u32>)> = {
-            let mut st = self.st.lock();
-            let mut v: Vec<(u64, Vec<u32>)> = st
-                .l2p
-                .pages
-                .iter_mut()
-                .filter(|(_, p)| p.dirty)
-                .map(|(&k, p)| {
-                    p.dirty = false;
-                    (k, p.entries.clone())
-                })
-                .collect();
-            v.sort_by_key(|(k, _)| *k);
-            v
-        };
-        for (k, e) in dirty {
-            self.write_page(k, &e).await?;
-        }
-        Ok(())
+    /// Copies every dirty cached page and marks it clean (a checkpoint's first step); an
+    /// entry set after the copy marks its page dirty again. The caller holds the pager lock
+    /// from the copy until the copies are written, so that no eviction writes a newer copy of
+    /// a page that this older one would then overwrite.
+    pub(crate) fn take_dirty_pages(st: &mut State) -> Vec<(u64, Vec<u32>)> {
+        let mut v: Vec<(u64, Vec<u32>)> = st
+            .l2p
+            .pages
+            .iter_mut()
+            .filter(|(_, p)| p.dirty)
+            .map(|(&k, p)| {
+                p.dirty = false;
+                (k, p.entries.clone())
+            })
+            .collect();
+        v.sort_by_key(|(k, _)| *k);
+        v
     }
 
     /// A page of all-unmapped entries.
