@@ -17,7 +17,8 @@
 //! 3. the AMT (or its changed pages) is snapshot (every entry in it was written by a completed
 //!    write);
 //! 4. the members are flushed (the snapshot's data is durable), the checkpoint is written, and
-//!    the members are flushed again.
+//!    the members are flushed again;
+//! 5. only then may the trim journal's ring overwrite the records of the trims it covers.
 //!
 //! A recycled HH is granted only from a window declared by a durable checkpoint, and that
 //! checkpoint no longer points into it.
@@ -53,7 +54,7 @@ impl Inner {
     async fn checkpoint(self: &Arc<Self>, force_full: bool) -> DevResult<()> {
         let g = &self.geo;
         let bs = self.bs();
-        let (seq, snap, base) = {
+        let (seq, snap, base, journal) = {
             let mut mgr = self.mgr.lock();
             let pending = std::mem::take(&mut mgr.pending);
             mgr.pool.extend(pending);
@@ -123,8 +124,7 @@ impl Inner {
                     scan,
                 }),
             };
-            self.journal_ckpt_pos.store(journal, Relaxed);
-            (seq, snap, base)
+            (seq, snap, base, journal)
         };
         self.flush_members().await?;
         let members = self.members.read().clone();
@@ -171,6 +171,12 @@ impl Inner {
             }
         }
         self.flush_members().await?;
+        // Only now may the trim journal's ring reuse the slots of the trims this checkpoint
+        // covers: until it is durable, a power cut falls back to the previous checkpoint, which
+        // needs those records. (Advancing it at the snapshot let trims issued during the
+        // checkpoint's flushes overwrite flushed trim records; a cut before the checkpoint was
+        // durable then brought the trimmed blocks back: the swarm's seed 3001166.)
+        self.journal_ckpt_pos.fetch_max(journal, Relaxed);
         self.c.checkpoints.inc();
         if matches!(snap, Snapshot::Delta(_)) {
             self.c.checkpoint_deltas.inc();

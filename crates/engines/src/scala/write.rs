@@ -258,8 +258,9 @@ impl Inner {
             }
         }
         let pos = self.journal_pos.fetch_add(1, Relaxed);
-        // The ring must not overwrite a record no checkpoint covers yet: when it is about to,
-        // take a checkpoint first (it covers every trim mapped so far, this one included).
+        // The ring must not overwrite a record no durable checkpoint covers yet (the
+        // checkpoint's position advances only once it is durable): when it is about to, take
+        // a checkpoint first (it covers every trim mapped so far, this one included).
         if pos + 1 >= self.journal_ckpt_pos.load(Relaxed) + self.geo.journal_blocks() {
             let inner = self.clone();
             flashrig_runtime::spawn_on(self.sm_reactor, move || async move {
@@ -271,6 +272,12 @@ impl Inner {
                 }
             })
             .await?;
+            if pos < self.journal_ckpt_pos.load(Relaxed) {
+                // A durable checkpoint covers this trim, so its record is not needed, and the
+                // ring may already have given its slot to a later trim whose record this one
+                // must not overwrite.
+                return Ok(());
+            }
         }
         let mut block = vec![0u8; self.bs()];
         TrimRecord { first: lba, count: blocks, ts }.encode(&mut block);
