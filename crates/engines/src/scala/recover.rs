@@ -14,8 +14,9 @@
 //! through the parity), and its parity chunks are compared, data and metadata, with the parity
 //! of its data chunks (what an offloaded conversion writes, §5.4); rows that match were
 //! converted, the others get their parity now. Backup copies are not needed after that (the
-//! primary copies are on the HH), so the whole transient area is trimmed and every VH is free
-//! again. A final checkpoint ends recovery.
+//! primary copies are on the HH). A checkpoint of the recovered map is made durable before
+//! anything is trimmed; then the whole transient area is trimmed (every VH is free again), and
+//! so are the stripes that hold nothing now. A final checkpoint ends recovery.
 //!
 //! Recovery needs every member: it reads primary copies, which a failed member does not have.
 
@@ -346,19 +347,29 @@ impl Inner {
                 rep.converted_now += 1;
             }
         }
-        // Every backup copy is garbage now.
-        let vh_blocks = g.vh_per_member * g.k as u64 * g.chunk_blocks;
-        let trims = members.iter().map(|d| d.trim(g.vh_lba(0, 0), vh_blocks));
-        for r in join_all(trims).await {
-            r?;
-        }
         let detail = format!(
             "{} stripes already converted, {} converted now, {healed} data blocks repaired",
             rep.converted_found, rep.converted_now
         );
         step(&mut rep, 6, detail);
 
-        // 8. write_checkpoint: free what holds nothing (trimmed first when it was used).
+        // 8. write_checkpoint: the recovered map is made durable first (the checkpoint flushes
+        //    the repairs and parity writes of step 7 before it writes itself), while every
+        //    stripe that held data is still recorded as converted. Only then are the backup
+        //    copies and the stripes that hold nothing now trimmed: until that checkpoint is
+        //    durable, a power cut during recovery falls back to the previous one, which may
+        //    still map blocks into them. (Trimming them first lost data when this recovery
+        //    adopted a version found only in a backup copy, which emptied the stripe of the
+        //    version the previous checkpoint maps, and was itself cut: the swarm's seed
+        //    2000375.) A cut after it leaves stripes that may hold stale chunks recorded as
+        //    converted, so the next recovery trims them again.
+        self.full_checkpoint_on_manager().await?;
+        // Every backup copy is garbage now.
+        let vh_blocks = g.vh_per_member * g.k as u64 * g.chunk_blocks;
+        let trims = members.iter().map(|d| d.trim(g.vh_lba(0, 0), vh_blocks));
+        for r in join_all(trims).await {
+            r?;
+        }
         {
             let mut mgr = self.mgr.lock();
             for list in mgr.vh_free.iter_mut() {
@@ -380,15 +391,20 @@ impl Inner {
             }
         }
         self.mgr.lock().pool.extend(freed);
+        // The free stripes join the grant window, which this checkpoint declares.
+        self.full_checkpoint_on_manager().await?;
+        step(&mut rep, 7, "recovered".into());
+        Ok(rep)
+    }
+
+    /// A full checkpoint on the space manager's reactor, under its work lock.
+    async fn full_checkpoint_on_manager(self: &Arc<Self>) -> DevResult<()> {
         let inner = self.clone();
-        let sm = self.sm_reactor;
-        flashrig_runtime::spawn_on(sm, move || async move {
+        flashrig_runtime::spawn_on(self.sm_reactor, move || async move {
             let _g = inner.sm_work.lock(0).await;
             inner.write_full_checkpoint().await
         })
-        .await?;
-        step(&mut rep, 7, "recovered".into());
-        Ok(rep)
+        .await
     }
 
     /// Reads the whole transient area of every member and returns, for every AFA place of a
