@@ -255,8 +255,8 @@ impl StackSpec {
 
 /// Stacks of the catalogue with an open failure the swarm found, left out of the per-stack
 /// test `csal_stacks_survive_the_swarm`. They stay in the open draw: leaving them out would
-/// shift every seed's draw, and the CI shards' seeds (which pass with them in) would then draw
-/// two open `scala` failures (seeds 2000375 `scala:2+1:host`, 3001166 `scala:4+2:offload`).
+/// shift every seed's draw (with `csal:zns` left out, the CI shards drew seeds 2000375
+/// `scala:2+1:host` and 3001166 `scala:4+2:offload`, since fixed: docs/reliability.md).
 ///
 /// None now. `csal:zns` was here for seed 9002511 (lba 329 read lba 343's older data after a
 /// cut): a csal checkpoint copied its dirty L2P pages after flushing the members, so a page

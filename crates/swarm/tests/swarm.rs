@@ -168,6 +168,12 @@ fn the_runs_that_found_bugs_pass() {
         (58, "scala:2+1:offload", "a stale error of a pulled member failed its replacement"),
         (2_000_396, "scala:2+1:offload", "the same stale error"),
         (9_002_511, "csal:zns", "a checkpoint's L2P page mapped a block written during its flush"),
+        (2_000_375, "scala:2+1:host", "recovery trimmed stripes before its checkpoint was durable"),
+        (
+            3_001_166,
+            "scala:4+2:offload",
+            "trims overwrote journal records of a checkpoint not durable",
+        ),
     ] {
         let limits = Limits { stack: Some(stack.into()), ..Limits::default() };
         let (_, out) = run_seed(seed, &limits).unwrap();
