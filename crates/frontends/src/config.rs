@@ -31,6 +31,10 @@ pub const MAX_IODEPTH: u64 = 65_536;
 /// The most jobs a workload runs (`workload.jobs`, fio's `numjobs`).
 pub const MAX_JOBS: u64 = 4096;
 
+/// The longest ramp (`workload.ramp_ms`, fio's `ramp_time`): one day, so that the ramp's end
+/// in nanoseconds cannot overflow and a typo cannot make a run that never measures.
+pub const MAX_RAMP_MS: u64 = 24 * 3600 * 1000;
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -652,6 +656,14 @@ pub struct WorkloadConfig {
     pub size: Option<Size>,
     /// Time limit in milliseconds of the runtime's clock (virtual in sim).
     pub runtime_ms: Option<u64>,
+    /// Run the jobs this many milliseconds before measuring (fio's `ramp_time`): the measured
+    /// window, which `runtime_ms` and `size` then bound, starts when the ramp ends. Requests
+    /// completing during the ramp count nowhere in the result, and the layers' counters and
+    /// latencies restart at its end (`workload.precondition_layers` is their snapshot there).
+    /// A stack whose caches hold the preconditioning's data reaches the workload's own steady
+    /// state during the ramp.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ramp_ms: Option<u64>,
     /// Percentage of reads for `rw` and `randrw`.
     pub rwmixread: u8,
     /// Offsets of random patterns: `uniform`, `zipf:θ`, `pareto:h`, `zoned:a/r:...` (fio's
@@ -726,6 +738,7 @@ impl Default for WorkloadConfig {
             jobs: 1,
             size: None,
             runtime_ms: None,
+            ramp_ms: None,
             rwmixread: 50,
             random_distribution: Distribution::Uniform,
             range: None,
@@ -824,6 +837,21 @@ impl Config {
         }
         if w.runtime_ms == Some(0) {
             return Err("workload.runtime_ms must be positive".into());
+        }
+        if let Some(ramp) = w.ramp_ms {
+            if ramp == 0 {
+                return Err("workload.ramp_ms must be positive (leave it out for no ramp)".into());
+            }
+            if ramp > MAX_RAMP_MS {
+                return Err(format!(
+                    "workload.ramp_ms = {ramp}: at most {MAX_RAMP_MS} (one day of the runtime's clock)"
+                ));
+            }
+            if self.replay.is_some() {
+                return Err("workload.ramp_ms: a [replay] runs its trace from the first request; \
+                            warm the stack up with [precondition] instead"
+                    .into());
+            }
         }
         if w.size.map(|s| s.bytes()) == Some(0) {
             return Err("workload.size must be positive".into());

@@ -290,6 +290,14 @@ fn convert(name: &str, opts: &Section, origin: &str) -> Result<FioJob, Error> {
             "io_size" | "io_limit" => io_size = Some(size(value()?)?),
             "runtime" | "timeout" => w.runtime_ms = Some(parse_time_ms(value()?).map_err(bad)?),
             "time_based" => time_based = flag()?,
+            // fio's ramp_time is seconds by default, like runtime; 0 means no ramp.
+            "ramp_time" => {
+                let v = value()?;
+                w.ramp_ms = match v.trim() {
+                    "0" => None,
+                    t => Some(parse_time_ms(t).map_err(bad)?),
+                }
+            }
             // Checked as given, before narrowing, so the message shows the number written.
             "iodepth" => w.iodepth = within(number(value()?)?, MAX_IODEPTH).map_err(bad)?,
             "numjobs" => w.jobs = within(number(value()?)?, MAX_JOBS).map_err(bad)?,
@@ -380,13 +388,14 @@ mod tests {
     #[test]
     fn a_typical_job_file_maps_onto_a_workload() {
         let text = "; 4k random writes\n[global]\nioengine=libaio\ndirect=1\nbs=4k\n\
-                    iodepth=32\nruntime=2\ntime_based\n\n[randw]\nrw=randwrite\nnumjobs=2\n\
+                    iodepth=32\nruntime=2\nramp_time=500ms\ntime_based\n\n[randw]\nrw=randwrite\nnumjobs=2\n\
                     random_distribution=zipf:1.2\nsize=64m\nrandseed=9\n";
         let job = FioJob::parse(text, "t.fio", None).unwrap();
         assert_eq!(job.name, "randw");
         let w = &job.workload;
         assert_eq!((w.rw, w.bs, w.iodepth, w.jobs), (Pattern::RandWrite, Size::kib(4), 32, 2));
         assert_eq!(w.runtime_ms, Some(2000));
+        assert_eq!(w.ramp_ms, Some(500));
         assert_eq!(w.range, Some(Size::mib(64)));
         assert_eq!(w.size, None, "time_based loops over the region");
         assert_eq!(w.random_distribution, Distribution::Zipf(1.2));

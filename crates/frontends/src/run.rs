@@ -32,7 +32,8 @@ impl ProgressDisplay {
         } else {
             match (w.size, w.runtime_ms) {
                 (Some(s), _) => Some((s.bytes() * w.jobs as u64, false)),
-                (None, Some(ms)) => Some((ms, true)),
+                // The clock the jobs publish runs from their start, ramp included.
+                (None, Some(ms)) => Some((ms + w.ramp_ms.unwrap_or(0), true)),
                 (None, None) => w.range.map(|r| (r.bytes() * w.jobs as u64, false)),
             }
         };
@@ -174,9 +175,14 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
                 counter_series,
             });
         }
-        // Sampling starts with the measured window, at the instant the jobs start, and takes
-        // its first sample before they issue anything.
-        let sampler = CounterSampler::start(&dev, series_counters, counter_interval_ns)?;
+        // Sampling starts with the measured window: without a ramp at the instant the jobs
+        // start, taking its first sample before they issue anything; with one when it ends.
+        let ramp_ns = cfg.workload.ramp_ms.map(|ms| ms * 1_000_000);
+        let sampler = match ramp_ns {
+            None => CounterSampler::start(&dev, series_counters, counter_interval_ns)?,
+            Some(_) => None,
+        };
+        let ramp_start_ns = flashrig_runtime::now_ns();
         let reactors = flashrig_runtime::num_reactors();
         let mut handles = Vec::new();
         for job in 0..cfg.workload.jobs as u64 {
@@ -188,6 +194,17 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
                 run_job(dev, w, job, seed, progress)
             }));
         }
+        let sampler = match ramp_ns {
+            None => sampler,
+            Some(ns) => {
+                // The ramp's end is the measured window's start: the layers' counters are
+                // taken there (what the result subtracts), and their latencies restart.
+                flashrig_runtime::sleep_until_ns(ramp_start_ns + ns).await;
+                preconditioned = Some(snapshot_stack(dev.as_ref()));
+                flashrig_blockdev::reset_stack_latencies(dev.as_ref());
+                CounterSampler::start(&dev, series_counters, counter_interval_ns)?
+            }
+        };
         let mut jobs = Vec::new();
         for h in handles {
             jobs.push(h.await);
@@ -216,12 +233,19 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
     });
     let Outcome { jobs, total, layers, replay_counts, preconditioned, counter_series } = outcome?;
     if total.stalled {
-        return Err(Error::Input(format!(
-            "workload.runtime_ms = {}: the stack completes every request in zero {} time, so \
-             the time limit is never reached; give workload.size, or device latencies",
-            cfg.workload.runtime_ms.unwrap_or(0),
-            if cfg.runtime == RuntimeKind::Sim { "simulated" } else { "measured" }
-        )));
+        let clock = if cfg.runtime == RuntimeKind::Sim { "simulated" } else { "measured" };
+        return Err(Error::Input(match cfg.workload.ramp_ms {
+            Some(ramp) => format!(
+                "workload.ramp_ms = {ramp}: the stack completes every request in zero {clock} \
+                 time, so the ramp never ends; leave the ramp out, or give device latencies"
+            ),
+            None => format!(
+                "workload.runtime_ms = {}: the stack completes every request in zero {clock} \
+                 time, so the time limit is never reached; give workload.size, or device \
+                 latencies",
+                cfg.workload.runtime_ms.unwrap_or(0)
+            ),
+        }));
     }
     let summary = total.summary();
     let job_summaries: Vec<_> = jobs.iter().map(|j| j.summary()).collect();

@@ -226,8 +226,11 @@ struct JobState {
     /// Requests issued while the clock still read `start_ns`.
     ops_at_start: u64,
     stalled: bool,
+    /// Blocks issued in the measured window (the ramp's do not count against `size`).
     issued_blocks: u64,
     limit_blocks: Option<u64>,
+    /// When the ramp ends and the measured window starts (`start_ns` without a ramp).
+    ramp_end_ns: u64,
     deadline_ns: Option<u64>,
     seq_cursor: u64,
     /// The addressed range: `range_blocks` blocks from `offset_blocks`.
@@ -264,19 +267,18 @@ impl JobState {
                 return None;
             }
         }
-        if let Some(d) = self.deadline_ns {
-            let now = now_ns();
-            if now >= d {
+        let now = now_ns();
+        if self.deadline_ns.is_some_and(|d| now >= d) {
+            return None;
+        }
+        // On a simulated stack that models no latency the clock never moves, and a run bounded
+        // only by time, or with a ramp that never ends, would never end.
+        let ramping = self.ramp_end_ns > now;
+        if (self.deadline_ns.is_some() || ramping) && now == self.start_ns {
+            self.ops_at_start += 1;
+            if self.ops_at_start > STALL_OPS && (self.limit_blocks.is_none() || ramping) {
+                self.stalled = true;
                 return None;
-            }
-            // On a simulated stack that models no latency the clock never moves, and a run
-            // bounded only by time would never end.
-            if now == self.start_ns {
-                self.ops_at_start += 1;
-                if self.ops_at_start > STALL_OPS && self.limit_blocks.is_none() {
-                    self.stalled = true;
-                    return None;
-                }
             }
         }
         let blocks = match &self.mix {
@@ -310,7 +312,9 @@ impl JobState {
             100 => true,
             p => (self.rng.next_u64() % 100) < p as u64,
         };
-        self.issued_blocks += blocks;
+        if !ramping {
+            self.issued_blocks += blocks;
+        }
         self.write_seq += 1;
         let mut at_ns = 0;
         if let Some(gap) = self.rate_gap_ns {
@@ -350,6 +354,9 @@ pub async fn run_job(
     let jobs = w.jobs as u64;
     let stamp = w.stamp;
     let start = now_ns();
+    // The measured window starts after the ramp (fio's `ramp_time`); the time limit counts
+    // from there. Config validation bounds the ramp, so this cannot overflow.
+    let window_start = start + w.ramp_ms.unwrap_or(0) * 1_000_000;
     // Jobs that share one range split it for their sequential cursors; jobs with ranges of
     // their own (`offset_increment`) start at their own.
     let seq_start = if increment_blocks == 0 && range_blocks >= req_blocks * jobs {
@@ -363,6 +370,7 @@ pub async fn run_job(
         ops_at_start: 0,
         stalled: false,
         issued_blocks: 0,
+        ramp_end_ns: window_start,
         limit_blocks: match (w.size, w.runtime_ms) {
             (Some(s), _) => Some(s.bytes() / bs),
             (None, None) => Some(range_blocks),
@@ -370,7 +378,9 @@ pub async fn run_job(
         },
         // Saturating: `runtime_ms` may be as large as a u64 holds (a configuration or an fio
         // job may say 10^15 days), which means no deadline in practice, not an overflow.
-        deadline_ns: w.runtime_ms.map(|ms| start.saturating_add(ms.saturating_mul(1_000_000))),
+        deadline_ns: w
+            .runtime_ms
+            .map(|ms| window_start.saturating_add(ms.saturating_mul(1_000_000))),
         seq_cursor: seq_start,
         offset_blocks,
         range_blocks,
@@ -388,7 +398,7 @@ pub async fn run_job(
         read_percent: w.rw.read_percent(w.rwmixread),
         write_seq: 0,
     }));
-    let outcome = Rc::new(RefCell::new(JobOutcome::starting(start, w.series_interval_ns())));
+    let outcome = Rc::new(RefCell::new(JobOutcome::starting(window_start, w.series_interval_ns())));
     let mut slots = Vec::new();
     for _ in 0..w.iodepth {
         let dev = dev.clone();
@@ -439,6 +449,9 @@ pub async fn run_job(
                 let mut o = outcome.borrow_mut();
                 o.end_ns = o.end_ns.max(t1);
                 match res {
+                    // Completed during the ramp: as fio does, the ramp's requests count
+                    // nowhere; an error still counts wherever it happens.
+                    Ok(()) if t1 < window_start => {}
                     Ok(()) => {
                         o.record(t1, op.read, buf.len() as u64, t1 - t0);
                         unpublished_bytes += buf.len() as u64;
@@ -566,5 +579,40 @@ mod tests {
         // Four windows of 4 blocks, at 1, 17, 33 and 49.
         let want: Vec<u64> = (0..4).flat_map(|j| (0..4).map(move |b| 1 + 16 * j + b)).collect();
         assert_eq!(written, want);
+    }
+
+    /// A ramp (fio's `ramp_time`) runs the job before its measured window: the window starts
+    /// when the ramp ends, lasts `runtime_ms` from there, and counts none of the ramp's
+    /// requests, while the device saw both. Method: one job at queue depth 1 writes
+    /// sequentially to a RAM device that takes 10 us per write, 1 ms of ramp then 1 ms
+    /// measured, on the simulated clock.
+    #[test]
+    fn a_ramp_runs_first_and_counts_nowhere() {
+        let (got, _) = run(RuntimeKind::Sim, 1, || async {
+            let dev: DevRef = Arc::new(RamDevice::new("ram", 4096, 1024, 0, 10_000));
+            let w = WorkloadConfig {
+                rw: Pattern::Write,
+                bs: Size::kib(4),
+                iodepth: 1,
+                runtime_ms: Some(1),
+                ramp_ms: Some(1),
+                ..WorkloadConfig::default()
+            };
+            let t0 = now_ns();
+            let o = run_job(dev.clone(), w, 0, 1, Arc::new(Progress::default())).await;
+            let mut buf = vec![0u8; 4096];
+            let mut written = 0;
+            for lba in 0..1024 {
+                dev.read(lba, &mut buf, None).await.unwrap();
+                written += buf.iter().any(|&b| b != 0) as u64;
+            }
+            (o.start_ns - t0, o.end_ns - t0, o.writes, written)
+        });
+        let (window_start_ns, end_ns, measured, written) = got;
+        assert_eq!(window_start_ns, 1_000_000, "the window starts when the ramp ends");
+        assert!((2_000_000..2_100_000).contains(&end_ns), "ends 1 ms later: {end_ns}");
+        // 100 writes of 10 us in each millisecond.
+        assert!((99..=101).contains(&measured), "measured {measured} writes");
+        assert!((199..=202).contains(&written), "the device saw {written} writes");
     }
 }

@@ -175,3 +175,25 @@ fn a_csal_device_names_the_key_at_fault() {
         "{e}"
     );
 }
+
+/// `workload.ramp_ms` (fio's `ramp_time`): zero, more than a day, and a ramp before a replay
+/// are refused with the key named; a zero-latency stack, on which a ramp would never end,
+/// fails the run with a message instead of hanging.
+#[test]
+fn a_bad_ramp_is_named() {
+    let ram = "[device]\ntype = \"ram\"\ncapacity = \"1MiB\"\n";
+    let e = config_error(&format!("{ram}[workload]\nruntime_ms = 10\nramp_ms = 0\n"));
+    assert!(e.contains("workload.ramp_ms must be positive"), "{e}");
+    let e = config_error(&format!("{ram}[workload]\nruntime_ms = 10\nramp_ms = 99999999999\n"));
+    assert!(e.contains("workload.ramp_ms = 99999999999: at most"), "{e}");
+    let e = config_error(&format!("{ram}[workload]\nramp_ms = 5\n[replay]\ntrace = \"t.csv\"\n"));
+    assert!(e.contains("workload.ramp_ms") && e.contains("[replay]"), "{e}");
+    let cfg = Config::from_toml(
+        &format!("runtime = \"sim\"\n{ram}[workload]\nsize = \"64KiB\"\nramp_ms = 5\n"),
+        Path::new("c.toml"),
+    )
+    .unwrap();
+    let Err(e) = flashrig_frontends::run::run(&cfg) else { panic!("a ramp that never ends ran") };
+    let e = e.to_string();
+    assert!(e.contains("workload.ramp_ms = 5") && e.contains("never ends"), "{e}");
+}
