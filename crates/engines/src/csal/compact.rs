@@ -19,9 +19,13 @@ use futures_util::future::try_join_all;
 use super::format::{CState, Kind, Record, UNMAPPED};
 use super::{Inner, Stream};
 
-/// Valid runs (each at most a batch) a move reads side by side before writing what they
-/// filled: 16 runs of up to 512 KiB bound the data in flight to 8 MiB.
-const READ_WINDOW_RUNS: usize = 16;
+/// Valid blocks a move reads side by side (its valid runs, each at most a batch) before
+/// writing the batches they filled: 8 MiB of 4 KiB blocks in flight. A window counts blocks,
+/// not runs: in a victim that random writes left 85% valid, runs are a few blocks long, and
+/// a window of a fixed number of runs would fill no batch, so every batch would be written
+/// alone between two short reads (one stream's 512 KiB at a time: a quarter of a zone's
+/// planes busy).
+const READ_WINDOW_BLOCKS: u64 = 2048;
 /// Chunks one compaction empties together at most.
 const MAX_CHUNKS_PER_COMPACTION: u64 = 16;
 
@@ -83,7 +87,7 @@ impl Inner {
     /// Moves every valid block of the `victims` into zones; releases each that has nothing
     /// valid left. Returns false when no zone could be opened before anything moved.
     ///
-    /// The victim's valid runs are read `READ_WINDOW_RUNS` at a time, side by side, and the
+    /// The victim's valid runs are read `READ_WINDOW_BLOCKS` blocks at a time, side by side, and the
     /// full batches they make are written with every stream's batches in order and the
     /// streams side by side (each stream is its own zone), so a move keeps both devices busy
     /// rather than waiting on one read or one zone write at a time.
@@ -120,7 +124,19 @@ impl Inner {
         };
         let mut buffers: BTreeMap<Stream, Vec<Moving>> = BTreeMap::new();
         let mut progress = false;
-        for window in runs.chunks(READ_WINDOW_RUNS) {
+        let mut windows: Vec<&[(u64, u64)]> = Vec::new();
+        let (mut first, mut blocks) = (0, 0);
+        for (i, &(_, n)) in runs.iter().enumerate() {
+            if blocks > 0 && blocks + n > READ_WINDOW_BLOCKS {
+                windows.push(&runs[first..i]);
+                (first, blocks) = (i, 0);
+            }
+            blocks += n;
+        }
+        if first < runs.len() {
+            windows.push(&runs[first..]);
+        }
+        for window in windows {
             let reads = window.iter().map(|&(pba, n)| self.read_run(pba, n, gc));
             let blocks = try_join_all(reads).await?;
             let mut ready: Vec<(Stream, Vec<Moving>)> = Vec::new();
@@ -190,7 +206,7 @@ impl Inner {
         Ok(out)
     }
 
-    /// Writes batches: each stream's in order, the streams side by side. `Some(())` when
+    /// Writes batches, all side by side (see below). `Some(())` when
     /// every batch was written (or there were none), `None` when a stream could open no zone
     /// (its batches stay where they are, still valid, for a later pass).
     async fn flush_streams(
@@ -202,14 +218,15 @@ impl Inner {
         for (s, items) in batches {
             by_stream.entry(s).or_default().push(items);
         }
-        let writers = by_stream.into_iter().map(|(s, list)| async move {
-            for items in list {
-                if !self.flush_moves(s, gc, items).await? {
-                    return Ok::<bool, flashrig_blockdev::DevError>(false);
-                }
-            }
-            Ok(true)
-        });
+        // Every batch is in flight at once, a stream's several into its zone as NVMe zone
+        // appends are (a zone's planes take a 512 KiB batch one page each, so one batch at a
+        // time would leave most of them idle): `append` reserves each batch's place in the
+        // zone before its write is submitted, in the order the batches start, so a stream's
+        // writes reach its zone at its write pointer.
+        let writers = by_stream
+            .into_iter()
+            .flat_map(|(s, list)| list.into_iter().map(move |items| (s, items)))
+            .map(|(s, items)| self.flush_moves(s, gc, items));
         let all = try_join_all(writers).await?;
         Ok(all.into_iter().all(|ok| ok).then_some(()))
     }

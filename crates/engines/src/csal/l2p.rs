@@ -1,15 +1,17 @@
 //! The two-level L2P table (§4.2): 4-byte entries, 1024 to a 4 KiB page. The top level (which
 //! page is where) is implicit: page `p` lives at block `l2p_start + p` of the fast device and,
 //! when cached, in [`PageCache`]. The cache holds at most `l2p_cache_pages` pages and evicts
-//! the least recently used; a dirty page is written back when evicted, after a flush of both
-//! members, so that a page on the fast device never maps an LBA to data that a power cut
+//! the least recently used, in batches; a dirty page is written back when evicted, after a
+//! flush of both members, so that a page on the fast device never maps an LBA to data that a power cut
 //! could still lose (checkpoint recovery trusts the pages it loads).
 //!
 //! Every lookup and update runs under the state mutex with its page resident; a miss drops
-//! the mutex, faults the page in under the pager lock (one fault at a time, so a page is never
-//! read from the fast device while a newer copy of it is being written back), and retries.
+//! the mutex, faults the page in, and retries. Faults of different pages run side by side;
+//! evictions (and checkpoints' page writes) hold the pager lock. A page is never read from
+//! the fast device while a newer copy of it is being written back: a page stays resident
+//! until its write-back completes, so a fault never starts for it meanwhile.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use flashrig_blockdev::{DevResult, WriteHints};
 
@@ -22,9 +24,14 @@ pub(crate) struct Page {
     stamp: u64,
 }
 
+/// Pages an eviction writes back after one flush, at most.
+const EVICT_BATCH_PAGES: usize = 32;
+
 /// The cached pages and their LRU order.
 pub(crate) struct PageCache {
     pub pages: HashMap<u64, Page>,
+    /// Pages being read in, each holding a slot of the capacity.
+    pub faulting: HashSet<u64>,
     lru: BTreeMap<u64, u64>,
     clock: u64,
     pub capacity: usize,
@@ -32,7 +39,13 @@ pub(crate) struct PageCache {
 
 impl PageCache {
     pub fn new(capacity: usize) -> PageCache {
-        PageCache { pages: HashMap::new(), lru: BTreeMap::new(), clock: 0, capacity }
+        PageCache {
+            pages: HashMap::new(),
+            faulting: HashSet::new(),
+            lru: BTreeMap::new(),
+            clock: 0,
+            capacity,
+        }
     }
 
     fn touch(&mut self, page: u64) {
@@ -75,10 +88,6 @@ impl PageCache {
         if let Some(p) = self.pages.remove(&page) {
             self.lru.remove(&p.stamp);
         }
-    }
-
-    fn victim(&self) -> Option<u64> {
-        self.lru.values().next().copied()
     }
 }
 
@@ -126,39 +135,90 @@ impl Inner {
     }
 
     /// Brings page `page` into the cache, evicting (and writing back) others as needed.
+    ///
+    /// Faults of different pages run side by side: each claims a cache slot and its page
+    /// (`faulting`) before it reads, so a page is read once however many requests miss on
+    /// it, and the cache never holds more than its capacity. Eviction runs under the pager
+    /// lock, a batch at a time ([`Self::make_room`]).
     pub(crate) async fn fault(&self, page: u64) -> DevResult<()> {
-        let _g = self.pager.lock(0).await;
         loop {
-            let wb = {
+            let listener = {
                 let mut st = self.st.lock();
-                if st.l2p.pages.contains_key(&page) {
+                let c = &mut st.l2p;
+                if c.pages.contains_key(&page) {
                     return Ok(());
                 }
-                if st.l2p.pages.len() < st.l2p.capacity {
+                if !c.faulting.contains(&page) && c.pages.len() + c.faulting.len() < c.capacity {
+                    c.faulting.insert(page);
                     break;
                 }
-                let v = st.l2p.victim().expect("a full cache has a victim");
-                let p = st.l2p.pages.get_mut(&v).unwrap();
-                if !p.dirty {
-                    st.l2p.remove(v);
-                    continue;
-                }
-                p.dirty = false;
-                (v, p.entries.clone())
+                // Another task reads this page, or the cache is full: listen before letting
+                // go of the state, so that a wake-up in between is not missed.
+                self.l2p_event.listen()
             };
-            // The page may map LBAs to blocks not yet durable: make them durable first.
-            self.flush_members().await?;
-            self.write_page(wb.0, &wb.1).await?;
-            let mut st = self.st.lock();
-            // Updated while it was written: it stays (dirty), and the next round picks the
-            // next least recently used page.
-            if !st.l2p.pages.get(&wb.0).is_some_and(|p| p.dirty) {
-                st.l2p.remove(wb.0);
+            let full = {
+                let st = self.st.lock();
+                let c = &st.l2p;
+                !c.faulting.contains(&page) && c.pages.len() + c.faulting.len() >= c.capacity
+            };
+            // When every slot is held by a fault in flight, there is nothing to evict: wait.
+            if !full || !self.make_room().await? {
+                listener.await;
             }
         }
-        let entries = self.read_page(page).await?;
-        self.st.lock().l2p.insert(page, entries, false);
-        Ok(())
+        let read = self.read_page(page).await;
+        let mut st = self.st.lock();
+        st.l2p.faulting.remove(&page);
+        let done = read.map(|entries| st.l2p.insert(page, entries, false));
+        drop(st);
+        self.l2p_event.notify(usize::MAX);
+        done
+    }
+
+    /// Evicts up to `EVICT_BATCH_PAGES` least recently used pages, once the cache is full:
+    /// clean ones at once, dirty ones after one flush of both members (a page on the fast
+    /// device never maps an LBA to a block a power cut could still lose) and their writes,
+    /// all side by side. A batch makes one flush serve many evictions, as SPDK's L2P cache
+    /// evicts in batches too. False when there was nothing to evict (every slot is a fault
+    /// in flight).
+    async fn make_room(&self) -> DevResult<bool> {
+        let _g = self.pager.lock(0).await;
+        let dirty: Vec<(u64, Vec<u32>)> = {
+            let mut st = self.st.lock();
+            let c = &mut st.l2p;
+            if c.pages.len() + c.faulting.len() < c.capacity {
+                return Ok(true);
+            }
+            let victims: Vec<u64> = c.lru.values().take(EVICT_BATCH_PAGES).copied().collect();
+            if victims.is_empty() {
+                return Ok(false);
+            }
+            let mut dirty = Vec::new();
+            for v in victims {
+                let p = c.pages.get_mut(&v).expect("an LRU entry is resident");
+                if p.dirty {
+                    p.dirty = false;
+                    dirty.push((v, p.entries.clone()));
+                } else {
+                    c.remove(v);
+                }
+            }
+            dirty
+        };
+        if !dirty.is_empty() {
+            self.flush_members().await?;
+            let writes = dirty.iter().map(|(v, e)| self.write_page(*v, e));
+            futures_util::future::try_join_all(writes).await?;
+            let mut st = self.st.lock();
+            for (v, _) in &dirty {
+                // Updated while it was written: it stays (dirty) for a later batch.
+                if !st.l2p.pages.get(v).is_some_and(|p| p.dirty) {
+                    st.l2p.remove(*v);
+                }
+            }
+        }
+        self.l2p_event.notify(usize::MAX);
+        Ok(true)
     }
 
     pub(crate) async fn read_page(&self, page: u64) -> DevResult<Vec<u32>> {

@@ -235,6 +235,8 @@ pub(crate) struct Inner {
     pub record_locks: StripeLocks,
     /// Wakes writers waiting for a free chunk, and tasks waiting for a container's writes.
     pub space_event: event_listener::Event,
+    /// An L2P page was read in or a cache slot freed (faults waiting on either retry).
+    pub l2p_event: event_listener::Event,
     /// Wakes the service.
     pub work_event: event_listener::Event,
     pub service_running: AtomicBool,
@@ -432,6 +434,7 @@ impl Csal {
             records: Mutex::new(HashMap::new()),
             record_locks: StripeLocks::default(),
             space_event: event_listener::Event::new(),
+            l2p_event: event_listener::Event::new(),
             work_event: event_listener::Event::new(),
             service_running: AtomicBool::new(false),
             stopping: AtomicBool::new(false),

@@ -108,6 +108,16 @@ impl Inner {
             }
         }
         let _g = self.meta.lock(0).await;
+        // Another batch of this stream, in flight beside this one, may have opened the
+        // stream's next zone while this one waited for the lock.
+        {
+            let st = self.st.lock();
+            if let Some(&(z, _)) = st.streams.get(&s) {
+                if st.containers[z].wp < self.geo.zone_capacity_blocks {
+                    return Ok(Some(z));
+                }
+            }
+        }
         let full = self.st.lock().streams.get(&s).map(|&(z, _)| z);
         if let Some(z) = full {
             self.close_container(z).await?;
