@@ -44,6 +44,10 @@ pub(super) const L2P_CACHE_FULL_BYTES: u64 = 2 << 30;
 /// 4 KiB pages (not scaled: it is already almost nothing).
 pub(super) const L2P_NONE_BYTES: u64 = 8 << 10;
 
+/// The cache device's capacity at full scale: the P5800X's 800 GB (IDEMA LBA count, Table 3;
+/// the `p5800x` preset's source).
+pub(super) const CACHE_FULL_BYTES: u64 = 800_166_076_416;
+
 /// How far the devices shrink in a mode, and how long runs last.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Scale {
@@ -71,50 +75,52 @@ pub(super) fn scale(mode: Mode) -> Scale {
 /// Fewest pages a reduced block keeps.
 const MIN_PAGES_PER_BLOCK: u32 = 32;
 
-/// A preset with its capacity divided by about `divisor`. Pages per block shrink first, by
-/// powers of two while the block keeps at least 32 pages and a whole number of word lines
-/// (so each line, and each zone, keeps its planes and its share of the capacity), then
-/// blocks per plane take the rest of the factor (rounded, at least 8). As `reproduce
-/// scalaafa` does (docs/reproduce-scalaafa.md), the erase time shrinks with the pages per
-/// block, keeping the erase time per programmed page; a zoned preset's zone size and capacity
-/// shrink with its blocks' pages.
+/// A preset with its capacity divided by about `divisor`. Pages per block shrink first, while
+/// the block keeps at least 32 pages and a whole number of word lines (so each line, and each
+/// zone, keeps its planes and its share of the capacity), then blocks per plane take the rest
+/// of the factor (rounded, at least 8). As `reproduce scalaafa` does
+/// (docs/reproduce-scalaafa.md), the erase time shrinks with the pages per block, keeping the
+/// erase time per programmed page.
+///
+/// Block-interface presets shrink their pages by powers of two. A zoned preset shrinks them by
+/// the largest factor that keeps those rules (any whole factor: 540 pages become 36), and its
+/// zones shrink with their blocks' pages only: a zone keeps one block on each of its planes,
+/// so a zone written alone keeps the bandwidth of all its planes, which is what one of CSAL's
+/// compaction streams gets (a zone of a quarter of the planes would cap a stream at a
+/// quarter of that, a mechanism of the scale rather than of the system).
 pub(super) fn reduced(preset: &str, divisor: u64) -> Result<SsdConfig, Error> {
     let mut cfg =
         SsdConfig::preset(preset).map_err(|e| Error::Input(format!("SSD preset {preset}: {e}")))?;
     let bits = cfg.nand.cell.bits();
+    let zoned = cfg.zoned.is_some();
     let g = &mut cfg.geometry;
-    let mut pages_div = 1u32;
-    loop {
-        let next = pages_div * 2;
-        let pages = g.pages_per_block / next;
-        if next as u64 > divisor
-            || !g.pages_per_block.is_multiple_of(next)
-            || pages < MIN_PAGES_PER_BLOCK
-            || !pages.is_multiple_of(bits)
-        {
-            break;
+    let fits = |d: u32| {
+        let pages = g.pages_per_block / d;
+        d as u64 <= divisor
+            && g.pages_per_block.is_multiple_of(d)
+            && pages >= MIN_PAGES_PER_BLOCK
+            && pages.is_multiple_of(bits)
+    };
+    let pages_div = if zoned {
+        (1..=g.pages_per_block).rev().find(|&d| fits(d)).unwrap_or(1)
+    } else {
+        let mut d = 1u32;
+        while fits(d * 2) {
+            d *= 2;
         }
-        pages_div = next;
-    }
+        d
+    };
     g.pages_per_block /= pages_div;
     let blocks_div = divisor as f64 / pages_div as f64;
     g.blocks_per_plane = ((g.blocks_per_plane as f64 / blocks_div).round() as u32).max(8);
     cfg.nand.erase_ns /= pages_div as u64;
     cfg.nand.slc_erase_ns /= pages_div as u64;
+    let iu = cfg.firmware.iu_bytes as u64;
     if let Some(z) = cfg.zoned.as_mut() {
-        // A zone keeps one block per plane of its group, so its blocks' pages shrink it. Its
-        // planes shrink by the same factor too: otherwise a 1/1024 device would hold zones
-        // 256 times larger relative to it than the paper's (a 781 MB P5800X would hold two
-        // of dm-zoned's random zones instead of 742). Zones then shrink 16-fold and lose
-        // three quarters of their parallelism; the document says so.
-        let planes_div = if z.zone_planes > 0 && z.zone_planes.is_multiple_of(pages_div) {
-            pages_div
-        } else {
-            1
-        };
-        z.zone_planes /= planes_div;
-        z.zone_bytes /= (pages_div * planes_div) as u64;
-        z.zone_capacity_bytes /= (pages_div * planes_div) as u64;
+        // Capacity rounds down to whole mapping units (it must still fit the zone's blocks),
+        // the zone size up to them (it must still hold the capacity).
+        z.zone_capacity_bytes = z.zone_capacity_bytes / pages_div as u64 / iu * iu;
+        z.zone_bytes = (z.zone_bytes / pages_div as u64).div_ceil(iu) * iu;
     }
     let why = format!("reduced 1/{divisor} by `flashrig reproduce csal` (docs/reproduce-csal.md)");
     for key in [
@@ -124,7 +130,6 @@ pub(super) fn reduced(preset: &str, divisor: u64) -> Result<SsdConfig, Error> {
         "nand.slc_erase_ns",
         "zoned.zone_bytes",
         "zoned.zone_capacity_bytes",
-        "zoned.zone_planes",
     ] {
         cfg.sources.insert(key.into(), why.clone());
     }
@@ -265,7 +270,7 @@ fn workload(load: Load, s: Scale) -> String {
         // A smoke run (no warm-up) reads mostly unwritten blocks, which some stacks answer
         // without touching a device: it ends by volume, not by a clock that may not move.
         if s.warm_up {
-            format!("runtime_ms = {}", s.runtime_ms)
+            format!("runtime_ms = {}\nramp_ms = {}", s.runtime_ms, ramp_ms(s))
         } else {
             "size = \"512KiB\"".to_string()
         }
@@ -283,10 +288,24 @@ fn workload(load: Load, s: Scale) -> String {
 /// once the stack's capacity is known.
 pub(super) fn config_text(key: &Key, s: Scale, partition_bytes: u64) -> Result<String, Error> {
     let precondition = if s.warm_up {
+        // dm-zoned skips the random overwrite: at the rate it takes 4 KiB random writes (under
+        // 10 MB/s in the paper, §3.3, and slower here) it would take hours of simulated time,
+        // and the state it would reach (every random zone buffering a chunk, reclaim running)
+        // is dm-zoned's state a few random writes into the ramp.
+        let random = if key.system == Sys::DmZoned { 0 } else { warmup_bytes(s) };
+        // Sequential writes run after one more sequential pass over the whole stack: the
+        // random overwrite leaves every zone and line about 90% valid, and the first pass of
+        // sequential writes over that pays for collecting them, which the paper's runs, long
+        // after their start, do not show (§6.2: sequential writes are "bounded by the
+        // bandwidth" of the capacity devices). This is SNIA's workload-dependent
+        // preconditioning for a sequential test (docs/reproduce-csal.md, Method).
+        let seq_pass = match key.load {
+            Load::Write { seq: true, .. } => partition_bytes * JOBS as u64,
+            _ => 0,
+        };
         format!(
-            "[precondition]\nfill = true\nfill_bs = \"128KiB\"\nrandom_overwrite = \"{}B\"\n\
-             iodepth = {IODEPTH}\n",
-            warmup_bytes(s)
+            "[precondition]\nfill = true\nfill_bs = \"128KiB\"\nrandom_overwrite = \"{random}B\"\n\
+             write = \"{seq_pass}B\"\niodepth = {IODEPTH}\n"
         )
     } else {
         String::new()
@@ -305,7 +324,22 @@ pub(super) fn config_text(key: &Key, s: Scale, partition_bytes: u64) -> Result<S
 /// what matters for the systems compared is that their caches are full and the capacity
 /// tier's GC is running, which two cache sizes of random writes after a fill ensure).
 pub(super) fn warmup_bytes(s: Scale) -> u64 {
-    2 * (800_166_076_416 / s.divisor) / 4096 * 4096
+    2 * (CACHE_FULL_BYTES / s.divisor) / 4096 * 4096
+}
+
+/// The capacity tier's write bandwidth: the ZN540 bundle is throttled to one P5316's 2.5 GB/s
+/// write (§6.1), which the P5316 itself is rated at (Table 3).
+const CAPACITY_WRITE_BYTES_PER_S: u64 = 2_500_000_000;
+
+/// How long each run's jobs run before the measured window (fio's `ramp_time`): the time the
+/// capacity tier takes to write the cache device twice at its full write bandwidth, so that
+/// a cache holding the preconditioning's data has turned over to the workload's own before
+/// measuring. The paper's runs last minutes (a cache turns over within seconds); runs here
+/// last 200 ms or 1 s, shorter than one turnover, and would otherwise measure how the
+/// preconditioning left the cache (docs/reproduce-csal.md, Method).
+pub(super) fn ramp_ms(s: Scale) -> u64 {
+    let cache_bytes = CACHE_FULL_BYTES / s.divisor;
+    2 * cache_bytes * 1000 / CAPACITY_WRITE_BYTES_PER_S
 }
 
 /// Every key each figure needs in `mode`.

@@ -63,7 +63,7 @@ struct ModeReport {
 fn written_bytes(s: Scale, mode: Mode) -> u64 {
     match mode {
         Mode::Smoke => 16 << 20,
-        _ => 3 * (800_166_076_416 / s.divisor) / 4096 * 4096,
+        _ => 3 * (experiments::CACHE_FULL_BYTES / s.divisor) / 4096 * 4096,
     }
 }
 
