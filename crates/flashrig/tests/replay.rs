@@ -200,6 +200,35 @@ fn trace_reads_precondition_writes_exactly_the_ranges_the_trace_reads() {
     assert!(data_back);
 }
 
+/// `precondition.random_overwrite_ms` writes 4 KiB blocks at random offsets for that long on
+/// the simulated clock, `iodepth` at a time, and stops. Method: a RAM disk with a fixed 100 us
+/// latency behind the logger; 10 ms at queue depth 4 is 100 rounds of 4 writes (the last
+/// round issued before the deadline, so 400 writes), all one block, spread over the device.
+#[test]
+fn a_timed_random_overwrite_writes_for_its_time() {
+    use flashrig::replay::{precondition, PreconditionConfig};
+    let (writes, end_ns) = run(RuntimeKind::Sim, 1, move || async move {
+        let ram: DevRef = Arc::new(RamDevice::new("ram", 4096, 1024, 0, 100_000));
+        let logged = Arc::new(Logger { inner: ram, writes: Mutex::new(Vec::new()) });
+        let dev: DevRef = logged.clone();
+        let p = PreconditionConfig {
+            random_overwrite_ms: 10,
+            iodepth: 4,
+            ..PreconditionConfig::default()
+        };
+        precondition(&dev, &p, 7, None).await.expect("precondition");
+        let writes = logged.writes.lock().clone();
+        (writes, now_ns())
+    })
+    .0;
+    assert_eq!(writes.len(), 400, "writes issued in 10 ms of 100 us writes at QD4");
+    assert!(writes.iter().all(|&(lba, n)| n == 1 && lba < 1024));
+    let distinct: std::collections::HashSet<u64> = writes.iter().map(|w| w.0).collect();
+    assert!(distinct.len() > 200, "random offsets: {} distinct of 400", distinct.len());
+    // The final flush of the precondition completes at once on a RAM disk.
+    assert!((10_000_000..10_200_000).contains(&end_ns), "ended at {end_ns} ns");
+}
+
 /// Logs the (lba, blocks) of every write.
 struct Logger {
     inner: DevRef,

@@ -804,6 +804,13 @@ impl Config {
         if p.fill && p.fill_bs.bytes() == 0 {
             return Err("precondition.fill_bs must be positive".into());
         }
+        if p.random_overwrite_ms > MAX_RAMP_MS {
+            return Err(format!(
+                "precondition.random_overwrite_ms = {}: at most {MAX_RAMP_MS} (one day of the \
+                 runtime's clock)",
+                p.random_overwrite_ms
+            ));
+        }
         if p.iodepth == 0 || p.iodepth > 65_536 {
             return Err(format!(
                 "precondition.iodepth = {}: must be between 1 and 65536",

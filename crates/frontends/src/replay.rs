@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::size::Size;
-use crate::workload::{closed_loop, Access, JobOutcome};
+use crate::workload::{closed_loop, closed_loop_until, Access, JobOutcome};
 
 /// How a trace is replayed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,6 +80,11 @@ pub struct PreconditionConfig {
     pub fill_bs: Size,
     /// Then overwrite this many bytes at uniformly random 4 KiB-aligned offsets.
     pub random_overwrite: Size,
+    /// Then go on overwriting at uniformly random 4 KiB-aligned offsets for this long on the
+    /// runtime's clock (virtual time in simulation), as a paper's "hours of 4 KB random
+    /// writes" warm-up does: a bound in time, not in bytes, reaches the same state in a stack
+    /// that takes random writes slowly and one that takes them fast. 0 = none.
+    pub random_overwrite_ms: u64,
     /// Then write this many bytes sequentially from the first block, in `fill_bs` requests
     /// (wrapping at the end): brings an engine to a phase, such as a two-phase array's
     /// conversion phase, without writing all of it.
@@ -98,6 +103,7 @@ impl Default for PreconditionConfig {
             fill: false,
             fill_bs: Size::kib(128),
             random_overwrite: Size(0),
+            random_overwrite_ms: 0,
             write: Size(0),
             trace_reads: false,
             iodepth: 32,
@@ -107,7 +113,11 @@ impl Default for PreconditionConfig {
 
 impl PreconditionConfig {
     pub fn is_active(&self) -> bool {
-        self.fill || self.random_overwrite.bytes() > 0 || self.write.bytes() > 0 || self.trace_reads
+        self.fill
+            || self.random_overwrite.bytes() > 0
+            || self.random_overwrite_ms > 0
+            || self.write.bytes() > 0
+            || self.trace_reads
     }
 }
 
@@ -329,6 +339,31 @@ pub async fn precondition(
         closed_loop(dev.clone(), true, Access::Rand, unit, qd, n, cap, seed ^ 0xC0DE)
             .await
             .map_err(failed)?;
+    }
+    if p.random_overwrite_ms > 0 {
+        let deadline_ns = now_ns().saturating_add(p.random_overwrite_ms.saturating_mul(1_000_000));
+        let seed = seed ^ 0x7193;
+        closed_loop_until(
+            dev.clone(),
+            true,
+            Access::Rand,
+            unit,
+            qd,
+            u64::MAX,
+            deadline_ns,
+            cap,
+            seed,
+        )
+        .await
+        .map_err(failed)?;
+        if now_ns() < deadline_ns {
+            return Err(Error::Input(format!(
+                "precondition.random_overwrite_ms = {}: the stack completes every write in zero \
+                 simulated time, so the overwrite never ends; bound it in bytes \
+                 (precondition.random_overwrite) instead, or give device latencies",
+                p.random_overwrite_ms
+            )));
+        }
     }
     let fb = (p.fill_bs.bytes() / bs).clamp(1, cap);
     let n = p.write.bytes().div_ceil(fb * bs);

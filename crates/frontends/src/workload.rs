@@ -497,6 +497,23 @@ pub async fn closed_loop(
     range_blocks: u64,
     seed: u64,
 ) -> DevResult<(u64, u64)> {
+    closed_loop_until(dev, write, access, bs_blocks, qd, count, u64::MAX, range_blocks, seed).await
+}
+
+/// [`closed_loop`] that also stops issuing commands once the runtime's clock reaches
+/// `deadline_ns` (those in flight finish). Returns the time taken and the commands issued.
+#[allow(clippy::too_many_arguments)]
+pub async fn closed_loop_until(
+    dev: DevRef,
+    write: bool,
+    access: Access,
+    bs_blocks: u64,
+    qd: u64,
+    count: u64,
+    deadline_ns: u64,
+    range_blocks: u64,
+    seed: u64,
+) -> DevResult<(u64, u64)> {
     let start = now_ns();
     let slots = range_blocks / bs_blocks;
     // Every task of the loop runs on this reactor, so a plain cell hands out the commands.
@@ -512,6 +529,16 @@ pub async fn closed_loop(
                 let i = next.get();
                 if i >= count {
                     break;
+                }
+                // The clock is read only when there is a deadline: a count-bound loop stays
+                // as cheap as it was. On a stack that models no latency the clock never
+                // moves; the loop then gives up after `STALL_OPS` commands, before the
+                // deadline, and the caller tells the user.
+                if deadline_ns != u64::MAX {
+                    let now = now_ns();
+                    if now >= deadline_ns || (now == start && i >= STALL_OPS) {
+                        break;
+                    }
                 }
                 next.set(i + 1);
                 let slot = match access {
@@ -533,7 +560,7 @@ pub async fn closed_loop(
     for t in tasks {
         t.await?;
     }
-    Ok((now_ns() - start, count))
+    Ok((now_ns() - start, next.get().min(count)))
 }
 
 #[cfg(test)]

@@ -197,3 +197,24 @@ fn a_bad_ramp_is_named() {
     let e = e.to_string();
     assert!(e.contains("workload.ramp_ms = 5") && e.contains("never ends"), "{e}");
 }
+
+/// `precondition.random_overwrite_ms`: more than a day is refused with the key named, and on a
+/// zero-latency stack, where the clock never reaches the end of the overwrite, the run fails
+/// with a message naming it instead of hanging.
+#[test]
+fn a_bad_timed_overwrite_is_named() {
+    let ram = "[device]\ntype = \"ram\"\ncapacity = \"1MiB\"\n";
+    let e = config_error(&format!("{ram}[precondition]\nrandom_overwrite_ms = 99999999999\n"));
+    assert!(e.contains("precondition.random_overwrite_ms = 99999999999: at most"), "{e}");
+    let cfg = Config::from_toml(
+        &format!(
+            "runtime = \"sim\"\n{ram}[workload]\nsize = \"64KiB\"\n\
+             [precondition]\nrandom_overwrite_ms = 5\n"
+        ),
+        Path::new("c.toml"),
+    )
+    .unwrap();
+    let Err(e) = flashrig_frontends::run::run(&cfg) else { panic!("an endless overwrite ran") };
+    let e = e.to_string();
+    assert!(e.contains("precondition.random_overwrite_ms = 5") && e.contains("never ends"), "{e}");
+}

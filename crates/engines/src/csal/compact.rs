@@ -11,6 +11,8 @@
 //! may still be on the media, and recovery needs the record to know it is dead).
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use flashrig_blockdev::DevResult;
@@ -28,6 +30,9 @@ use super::{Inner, Stream};
 const READ_WINDOW_BLOCKS: u64 = 2048;
 /// Chunks one compaction empties together at most.
 const MAX_CHUNKS_PER_COMPACTION: u64 = 16;
+
+/// A window's batches being written (see [`Inner::flush_streams`]).
+type Writing<'a> = Pin<Box<dyn Future<Output = DevResult<Option<()>>> + 'a>>;
 
 /// A block read from a victim, waiting in its stream's buffer.
 struct Moving {
@@ -136,9 +141,27 @@ impl Inner {
         if first < runs.len() {
             windows.push(&runs[first..]);
         }
+        // The batches of one window are written while the next window is read: a move is a
+        // pipeline of two stages, as a controller's relocation keeps reads and programs in
+        // flight together, rather than a read phase and a write phase taking turns (which
+        // left the capacity device's planes idle during every read). A stream's batches
+        // still reach its zone in order: a window's batches start only once the previous
+        // window's are all written.
+        // The window being written, and whether it holds any batch (progress once written).
+        let mut writing: Option<(Writing<'_>, bool)> = None;
         for window in windows {
-            let reads = window.iter().map(|&(pba, n)| self.read_run(pba, n, gc));
-            let blocks = try_join_all(reads).await?;
+            let reads = try_join_all(window.iter().map(|&(pba, n)| self.read_run(pba, n, gc)));
+            let blocks = match writing.take() {
+                None => reads.await?,
+                Some((w, any)) => {
+                    let (blocks, written) = futures_util::future::join(reads, w).await;
+                    if written?.is_none() {
+                        return Ok(progress);
+                    }
+                    progress |= any;
+                    blocks?
+                }
+            };
             let mut ready: Vec<(Stream, Vec<Moving>)> = Vec::new();
             for run in blocks {
                 for (from, r, data) in run {
@@ -155,10 +178,13 @@ impl Inner {
                 }
             }
             let any = !ready.is_empty();
-            match self.flush_streams(gc, ready).await? {
-                Some(()) => progress |= any,
-                None => return Ok(progress),
+            writing = Some((Box::pin(self.flush_streams(gc, ready)), any));
+        }
+        if let Some((w, any)) = writing {
+            if w.await?.is_none() {
+                return Ok(progress);
             }
+            progress |= any;
         }
         let rest: Vec<(Stream, Vec<Moving>)> = std::mem::take(&mut buffers).into_iter().collect();
         if !rest.is_empty() && self.flush_streams(gc, rest).await?.is_none() {
