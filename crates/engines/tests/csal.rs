@@ -23,11 +23,14 @@
 //! (`verify_after_crash`) and against each other. Everything runs on the simulated runtime,
 //! so a seed replays exactly; failures print `FLASHRIG_SEED=<n>`.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use common::{zoned_opts, BS, FAST_BLOCKS, MD, ZMEM_BLOCKS};
 use flashrig_blockdev::{
     snapshot_stack, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, WriteHints, ZoneCommand,
     ZoneReply,
@@ -44,24 +47,8 @@ use parking_lot::Mutex;
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-const BS: u32 = 4096;
-const MD: u32 = 64;
-const FAST_BLOCKS: u64 = 1024;
-const ZONE_BLOCKS: u64 = 64;
-const ZONES: u64 = 48;
-/// The zoned member's member: the zones and `Zoned`'s write-pointer table behind them.
-const ZMEM_BLOCKS: u64 = ZONES * ZONE_BLOCKS + 4;
 const JITTER_NS: u64 = 4_000;
 const MODES: [RecoveryMode; 3] = [RecoveryMode::Naive, RecoveryMode::P2l, RecoveryMode::Checkpoint];
-
-fn zoned_opts() -> ZonedOptions {
-    ZonedOptions {
-        zone_blocks: ZONE_BLOCKS,
-        zone_capacity_blocks: ZONE_BLOCKS,
-        max_open_zones: 4,
-        max_active_zones: 6,
-    }
-}
 
 fn opts(mode: RecoveryMode) -> CsalOptions {
     CsalOptions {

@@ -17,43 +17,31 @@
 //! with only the L2P pages landing. After recovery LBA 7 must read A or B, and every other
 //! flushed LBA its data.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use common::{zoned_opts, BS, FAST_BLOCKS, MD, ZMEM_BLOCKS};
 use flashrig_blockdev::{
     check_io, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, WriteHints, ZoneCommand,
     ZoneReply,
 };
 use flashrig_check::{Store, Volatile};
 use flashrig_engines::csal::RecoveryMode;
-use flashrig_engines::{Csal, CsalOptions, Zoned, ZonedOptions};
+use flashrig_engines::{Csal, CsalOptions, Zoned};
 use flashrig_runtime::{run, sleep_ns, spawn, RuntimeKind};
 use parking_lot::Mutex;
 
-const BS: u32 = 4096;
-const MD: u32 = 64;
-const FAST_BLOCKS: u64 = 1024;
-const ZONE_BLOCKS: u64 = 64;
-const ZONES: u64 = 48;
-const ZMEM_BLOCKS: u64 = ZONES * ZONE_BLOCKS + 4;
 const CHUNK: u64 = 32;
 /// How long a flush of the zoned member takes.
 const FLUSH_NS: u64 = 1_000_000;
 const LBA: u64 = 7;
 /// The LBAs written to fill the first chunk and open a second one.
 const FILL: Range<u64> = 100..140;
-
-fn zoned_opts() -> ZonedOptions {
-    ZonedOptions {
-        zone_blocks: ZONE_BLOCKS,
-        zone_capacity_blocks: ZONE_BLOCKS,
-        max_open_zones: 4,
-        max_active_zones: 6,
-    }
-}
 
 fn opts() -> CsalOptions {
     CsalOptions {

@@ -267,7 +267,10 @@ impl JobState {
                 return None;
             }
         }
-        let now = now_ns();
+        // The clock matters only to a run bounded in time or with a ramp; a size-bound job
+        // without a ramp does not read it for every request.
+        let timed = self.deadline_ns.is_some() || self.ramp_end_ns > self.start_ns;
+        let now = if timed { now_ns() } else { self.start_ns };
         if self.deadline_ns.is_some_and(|d| now >= d) {
             return None;
         }
