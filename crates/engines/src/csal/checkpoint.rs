@@ -113,9 +113,7 @@ impl Inner {
             (open_min.unwrap_or(st.next_sid), released, st.valid_bits.clone(), pages)
         };
         self.flush_members().await?;
-        for (k, e) in &pages {
-            self.write_page(*k, e).await?;
-        }
+        self.write_pages(&pages).await?;
         drop(pager);
         self.write_bitmaps(&bits).await?;
         self.fast.flush().await?;

@@ -5,7 +5,8 @@
 //!
 //! 1. **GC**, when fewer than `gc_free_zones` zones are free;
 //! 2. **compaction**, when free chunks are below `compaction_free_fraction` of all chunks
-//!    (or a writer waits for a chunk);
+//!    (or a writer waits for a chunk), in the same round as GC when both are due (while GC
+//!    is due, compaction writes only into its streams' open zones);
 //! 3. **checkpoint**, when released chunks or zones wait for one to become free and free
 //!    space is short (a released container is reusable only after the next checkpoint):
 //!    at once for zones, for chunks once a batch of them is released (a quarter of the free
@@ -126,13 +127,26 @@ impl Inner {
             self.checkpoint(false).await?;
             return Ok(true);
         }
+        // GC and compaction both get a turn in a round where both are due, as two pollers on
+        // one core do (§5): with GC alone until the free zones are back above its threshold,
+        // compaction stopped for the whole refill (tens of victims at the valid ratios random
+        // writes leave), the cache filled, and user writes stalled in bursts. Compaction
+        // opens no zone while GC is due (`stream_zone`), so the free zones GC needs for its
+        // own streams stay its.
+        // When the streams outnumber the zoned member's open-zone limit, a stream that
+        // writes finishes another's zone early (`stream_zone`), and GC and compaction taking
+        // turns would do so at every turn, giving up zone tails faster than GC frees zones:
+        // there, GC runs alone while it is due, so its streams keep their zones.
         if gc_due && self.gc_one().await? {
+            if !self.streams_fit_open_limit() {
+                return Ok(true);
+            }
+            if compaction_due {
+                self.compact_one().await?;
+            }
             return Ok(true);
         }
-        if compaction_due && self.compact_one().await? {
-            return Ok(true);
-        }
-        Ok(false)
+        Ok(compaction_due && self.compact_one().await?)
     }
 
     /// Runs rounds until none finds work.

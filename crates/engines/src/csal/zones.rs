@@ -7,8 +7,8 @@
 //! written: its zone is finished (its unwritten tail is given up until GC resets it), and its
 //! P2L table written. So csal never leaves a zone merely closed: every zone it is not writing
 //! is full, and a zone's only active time is while it is a stream's zone. Compaction may not
-//! take the last `gc_free_zones` / 2 (at least one) free zones: those are GC's, which needs
-//! somewhere to move blocks to in order to free any.
+//! take the last `gc_free_zones` / 2 (at least one) free zones, nor any while GC is due:
+//! those are GC's, which needs somewhere to move blocks to in order to free any.
 
 use std::sync::Arc;
 
@@ -21,6 +21,14 @@ impl Inner {
     /// Free zones compaction leaves to GC.
     pub(crate) fn gc_reserve_zones(&self) -> u64 {
         (self.opts.gc_free_zones / 2).max(1)
+    }
+
+    /// Whether every stream can keep its zone open at once (no open-zone limit, or one at
+    /// least the number of streams).
+    pub(crate) fn streams_fit_open_limit(&self) -> bool {
+        let tenants = if self.opts.user_isolation { self.opts.tenants.max(1) as usize } else { 1 };
+        let streams = tenants * if self.opts.gc_isolation { 2 } else { 1 };
+        self.open_zone_limit == 0 || streams <= self.open_zone_limit
     }
 
     /// The stream a block of `tenant` moved by compaction (`gc = false`) or GC goes to.
@@ -142,8 +150,13 @@ impl Inner {
             let free: Vec<usize> = (self.geo.chunks as usize..self.geo.containers())
                 .filter(|&i| st.containers[i].state == super::format::CState::Free)
                 .collect();
+            // GC may take every free zone. Compaction leaves GC its reserve, and opens no
+            // zone at all while GC is due: GC's streams (one per tenant with isolation) may
+            // each still need one, and a GC that cannot open one stops half-way through its
+            // victim, freeing nothing, while compaction sits at its floor (a livelock).
+            let gc_due = (free.len() as u64) < self.opts.gc_free_zones;
             let floor = if for_gc { 0 } else { self.gc_reserve_zones() };
-            if free.len() as u64 <= floor {
+            if free.len() as u64 <= floor || (!for_gc && gc_due) {
                 return Ok(None);
             }
             free[0]
