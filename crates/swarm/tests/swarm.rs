@@ -58,6 +58,9 @@ fn check_coverage(t: &Tally, stacks: &BTreeMap<String, u64>) {
     assert!(t.landed_blocks > 0 && t.open_blocks > 0, "no torn blocks: {t:?}");
     assert!(t.flipped_blocks > 0 && t.scrubs > 0 && t.scrub_repaired > 0, "no rot: {t:?}");
     assert!(t.slow_rounds > 0 && t.slow_reads_routed > 0, "no slow member: {t:?}");
+    // The simulation drops every task still waiting when a run ends, so no engine instance
+    // with background tasks outlives its run (docs/reliability.md).
+    assert!(t.instances > 0 && t.instances_outlived == 0, "an instance outlived its run: {t:?}");
     if seeds_per_shard() >= SEEDS_PER_SHARD {
         for s in catalogue() {
             assert!(stacks.contains_key(&s.name), "stack {} never drawn", s.name);
