@@ -474,6 +474,45 @@ fn unflushed_staged_blocks_are_lost_without_plp_and_kept_with_it() {
     }
 }
 
+/// With power-loss protection a write that fills a page completes when the page's program
+/// starts (the capacitors would finish it); without, when the program is done. Either way a
+/// host that writes faster than the planes program is held back: filling a zone still takes
+/// at least all but the last of the programs each of its planes makes in turn.
+#[test]
+fn a_write_that_fills_a_page_waits_for_its_program_to_start_with_plp_and_to_end_without() {
+    let cfg = tiny_zns();
+    let program_ns = *cfg.nand.program_ns.iter().min().unwrap();
+    // The zone's 96 pages are 24 on each of its 4 planes, programmed one after another.
+    let pages_per_plane = cfg.geometry.pages_per_block as u64;
+    let capacity_blocks = cfg.zoned.as_ref().unwrap().zone_capacity_bytes / BS as u64;
+    for plp in [false, true] {
+        let mut cfg = cfg.clone();
+        cfg.firmware.plp = plp;
+        let (page_ns, zone_ns) = with_ssd(cfg, move |ssd| {
+            Box::pin(async move {
+                let dev: &dyn BlockDevice = ssd.as_ref();
+                let t0 = now_ns();
+                dev.write(0, &blocks(8, 0, 4, 0), None, WriteHints::NONE).await.unwrap();
+                let page_ns = now_ns() - t0;
+                let rest = capacity_blocks - 4;
+                dev.write(4, &blocks(8, 4, rest, 0), None, WriteHints::NONE).await.unwrap();
+                let zone_ns = now_ns() - t0;
+                let mut buf = vec![0u8; capacity_blocks as usize * BS];
+                dev.read(0, &mut buf, None).await.unwrap();
+                assert!(buf == blocks(8, 0, capacity_blocks, 0), "plp = {plp}: data differs");
+                (page_ns, zone_ns)
+            })
+        });
+        if plp {
+            assert!(page_ns < program_ns, "plp: one page took {page_ns} ns, a whole program");
+        } else {
+            assert!(page_ns >= program_ns, "no plp: one page took {page_ns} ns < a program");
+        }
+        let floor_ns = (pages_per_plane - 1) * program_ns;
+        assert!(zone_ns >= floor_ns, "plp = {plp}: a zone filled in {zone_ns} ns < {floor_ns}");
+    }
+}
+
 /// Sequential throughput in virtual time: `zones` zones written at once, one task per zone
 /// issuing `io_bytes` writes at its write pointer until `bytes_per_zone`, then the same reads.
 /// Returns (write MB/s, read MB/s) and the counters.

@@ -547,7 +547,8 @@ impl PageMap {
             for p in first_page..first_page + pages {
                 let a = self.layout.page_addr(p);
                 let ty = self.layout.page_type(&a, slc);
-                done = done.max(self.timer.program(t_ns, a.channel, a.plane, ty, slc, page_bytes));
+                let span = self.timer.program(t_ns, a.channel, a.plane, ty, slc, page_bytes);
+                done = done.max(span.done_ns);
             }
             // Contents and mapping.
             for k in 0..per as u32 {

@@ -115,7 +115,15 @@ impl ZoneMap {
     }
 
     /// Programs the staged units of `zone` at `t_ns`, padding the program they do not fill;
-    /// returns when the program is done.
+    /// returns when the write that completed the program may complete.
+    ///
+    /// With power-loss protection that is when the program starts: the page has left the
+    /// staging for the die's page register, and should power fail the capacitors' energy
+    /// finishes the program, as it saves the staging. Starting waits for the plane's earlier
+    /// programs, so a host that writes faster than the NAND programs is still held back, by
+    /// one page per plane instead of a whole program time per write. Without it the write
+    /// waits until the program is done, so that what a completed program holds is durable
+    /// when the write that completed it is acknowledged.
     fn program_staged(&mut self, t_ns: u64, zone: usize) -> u64 {
         let first = self.zones[zone].programmed;
         let (first_page, pages) = self.layout.slot_pages(first);
@@ -124,7 +132,8 @@ impl ZoneMap {
         for p in first_page..first_page + pages {
             let a = self.page_addr(zone, p);
             let ty = self.layout.page_type(&a, false);
-            done = done.max(self.timer.program(t_ns, a.channel, a.plane, ty, false, page_bytes));
+            let span = self.timer.program(t_ns, a.channel, a.plane, ty, false, page_bytes);
+            done = done.max(if self.plp { span.start_ns } else { span.done_ns });
         }
         let (shape, zone_slots, per) = (self.shape, self.zone_slots, self.per_program);
         let z = &mut self.zones[zone];
@@ -171,7 +180,7 @@ impl ZoneMap {
             let next = self.zones[zone].programmed;
             let a = self.page_addr(zone, self.layout.slot_pages(next).0);
             let bytes = self.layout.page_bytes;
-            done = done.max(self.timer.program(t_ns, a.channel, a.plane, 0, true, bytes));
+            done = done.max(self.timer.program(t_ns, a.channel, a.plane, 0, true, bytes).done_ns);
             let z = &mut self.zones[zone];
             z.saved = Some(z.staged.clone());
             z.dirty = false;

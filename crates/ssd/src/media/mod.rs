@@ -9,7 +9,7 @@ pub mod timing;
 
 pub use layout::{Layout, PageAddr};
 pub use store::LineStore;
-pub use timing::{NandCounters, NandTimer};
+pub use timing::{NandCounters, NandTimer, ProgramSpan};
 
 /// OOB bytes the FTL keeps per mapping unit: logical unit number (4), write sequence number
 /// (8), flags (1).

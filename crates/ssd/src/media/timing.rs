@@ -131,6 +131,16 @@ pub struct NandCounters {
     pub sub_request_ns: u64,
 }
 
+/// When a page program booked on a plane runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgramSpan {
+    /// When the plane starts programming: the page is off the channel, in the die's page
+    /// register, and the plane has finished what was booked on it before.
+    pub start_ns: u64,
+    /// When the program is done.
+    pub done_ns: u64,
+}
+
 pub struct NandTimer {
     channels: Vec<Timeline>,
     planes: Vec<Timeline>,
@@ -180,7 +190,7 @@ impl NandTimer {
         }
     }
 
-    /// Programs a page issued at `t_ns`; returns when it is done.
+    /// Programs a page issued at `t_ns`; returns when the program starts and when it is done.
     pub fn program(
         &mut self,
         t_ns: u64,
@@ -189,7 +199,7 @@ impl NandTimer {
         page_type: usize,
         slc: bool,
         bytes: u32,
-    ) -> u64 {
+    ) -> ProgramSpan {
         let xfer = self.xfer_ns(bytes);
         let now = self.now_ns;
         let (xfer_start, _) = self.channels[channel as usize].book(t_ns, xfer, now);
@@ -203,7 +213,7 @@ impl NandTimer {
         self.counters.sub_request_ns += done.saturating_sub(t_ns);
         self.counters.page_programs[cell] += 1;
         self.counters.program_bytes += bytes as u64;
-        done
+        ProgramSpan { start_ns: start, done_ns: done }
     }
 
     /// Reads `bytes` of a page issued at `t_ns`; returns when the bytes are off the channel.
@@ -298,11 +308,11 @@ mod tests {
     fn programs_on_one_plane_queue_and_planes_overlap() {
         let mut t = timer();
         // 100 bytes: 100 ns of transfer, then 100 ns of L-page program.
-        assert_eq!(t.program(0, 0, 0, 0, false, 100), 200);
+        assert_eq!(t.program(0, 0, 0, 0, false, 100).done_ns, 200);
         // Same plane: the transfer overlaps the first program, the program waits for it.
-        assert_eq!(t.program(0, 0, 0, 1, false, 100), 400);
+        assert_eq!(t.program(0, 0, 0, 1, false, 100).done_ns, 400);
         // Other plane: waits only for the channel (free at 200).
-        assert_eq!(t.program(0, 0, 1, 2, false, 100), 300 + 300);
+        assert_eq!(t.program(0, 0, 1, 2, false, 100).done_ns, 300 + 300);
         assert_eq!(t.counters.page_programs[CellType::Tlc as usize], 3);
         // Three sub-requests, each in the system from 0 to its completion.
         assert_eq!(t.counters.sub_requests, 3);
@@ -337,9 +347,9 @@ mod tests {
         let mut t = timer();
         // A program issued for 1000 (a relocation's program when its read will be done):
         // plane 0 is idle before it.
-        assert_eq!(t.program(1000, 0, 0, 0, false, 100), 1200);
+        assert_eq!(t.program(1000, 0, 0, 0, false, 100).done_ns, 1200);
         // Work issued at 0 on the same plane fits in the gap and does not wait for it.
-        assert_eq!(t.program(0, 0, 0, 0, false, 100), 200);
+        assert_eq!(t.program(0, 0, 0, 0, false, 100).done_ns, 200);
         // A read issued at 0 senses at once (the program's data is still on the channel until
         // 100), then its transfer waits for the channel.
         assert_eq!(t.read(0, 0, 0, 0, false, 100), 200);
@@ -351,9 +361,9 @@ mod tests {
         // Gaps that end before the current command's time are gone: at 950, 100 ns of
         // program no longer fit before 1000.
         t.set_now(950);
-        assert_eq!(t.program(950, 0, 0, 0, false, 100), 2200 + 100);
+        assert_eq!(t.program(950, 0, 0, 0, false, 100).done_ns, 2200 + 100);
         // A power loss forgets queued work and its gaps.
         t.reset_timelines(5000);
-        assert_eq!(t.program(5000, 0, 0, 0, false, 100), 5200);
+        assert_eq!(t.program(5000, 0, 0, 0, false, 100).done_ns, 5200);
     }
 }
