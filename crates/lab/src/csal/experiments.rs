@@ -53,8 +53,12 @@ pub(super) const CACHE_FULL_BYTES: u64 = 800_166_076_416;
 pub(super) struct Scale {
     /// Capacities (and everything sized by them) are divided by this.
     pub divisor: u64,
-    /// Virtual milliseconds each measured run lasts.
+    /// Virtual milliseconds each measured run lasts, except those that write at random.
     pub runtime_ms: u64,
+    /// Virtual milliseconds a run that writes at random (random writes, and the mixed loads)
+    /// lasts: long enough to hold whole cycles of the cache's compaction and GC
+    /// ([`Scale::runtime_ms_of`]).
+    pub random_write_runtime_ms: u64,
     /// Whether runs warm the stack up first (not in a smoke run).
     pub warm_up: bool,
 }
@@ -66,9 +70,40 @@ pub(super) const DIVISOR: u64 = 1024;
 
 pub(super) fn scale(mode: Mode) -> Scale {
     match mode {
-        Mode::Full => Scale { divisor: DIVISOR, runtime_ms: 1000, warm_up: true },
-        Mode::Quick => Scale { divisor: DIVISOR, runtime_ms: 200, warm_up: true },
-        Mode::Smoke => Scale { divisor: DIVISOR, runtime_ms: 2, warm_up: false },
+        Mode::Full => Scale {
+            divisor: DIVISOR,
+            runtime_ms: 1000,
+            random_write_runtime_ms: 8000,
+            warm_up: true,
+        },
+        Mode::Quick => Scale {
+            divisor: DIVISOR,
+            runtime_ms: 200,
+            random_write_runtime_ms: 2000,
+            warm_up: true,
+        },
+        Mode::Smoke => {
+            Scale { divisor: DIVISOR, runtime_ms: 2, random_write_runtime_ms: 2, warm_up: false }
+        }
+    }
+}
+
+impl Scale {
+    /// How long a run of `load` measures. A stack that writes at random settles into a cycle,
+    /// not a level: compaction fills the capacity tier's free zones, GC empties zones again,
+    /// and while GC runs the cache drains slowly and user writes almost stop. At this scale
+    /// one cycle of CSAL under 4 KiB random writes lasts 1.5 to 3.5 s of virtual time
+    /// (measured with `series_ms = 100` and the `gc_blocks_written` and
+    /// `compaction_blocks_written` series, docs/csal.md "Measuring a cycle"), so a 1 s
+    /// window measures whichever phase it falls in: successive 1 s windows of one run read
+    /// 88 to 472 MiB/s. Eight seconds hold at least two whole cycles; a quick run's two
+    /// seconds about one. Reads and sequential writes have no such cycle and keep the short
+    /// window.
+    pub fn runtime_ms_of(&self, load: Load) -> u64 {
+        match load {
+            Load::Write { seq: false, .. } | Load::Mixed { .. } => self.random_write_runtime_ms,
+            _ => self.runtime_ms,
+        }
     }
 }
 
@@ -270,7 +305,7 @@ fn workload(load: Load, s: Scale) -> String {
         // A smoke run (no warm-up) reads mostly unwritten blocks, which some stacks answer
         // without touching a device: it ends by volume, not by a clock that may not move.
         if s.warm_up {
-            format!("runtime_ms = {}\nramp_ms = {}", s.runtime_ms, ramp_ms(s))
+            format!("runtime_ms = {}\nramp_ms = {}", s.runtime_ms_of(load), ramp_ms(s))
         } else {
             "size = \"512KiB\"".to_string()
         }

@@ -108,7 +108,8 @@ fn setup(out: &mut String, mode: Mode) {
          | CSAL-BLK | `csal` over the P5800X and the P5316 made zoned (`zoned`, SPDK's zoned bdev) | §6.1 |\n\
          | CSAL-ZNS | `csal` over the P5800X and the ZN540s | §6.1 |\n\n\
          Each run: 8 jobs, each on its own eighth of the device (fio's `offset_increment`), \
-         QD128, for {ms} ms of virtual time after a {ramp} ms ramp, following a warm-up: one \
+         QD128, for {ms} ms of virtual time ({rms} ms for random writes and the mixed loads, whose \
+         compaction and GC cycle lasts seconds) after a {ramp} ms ramp, following a warm-up: one \
          sequential fill in 128 KiB writes, then 4 KiB random writes for {warm} ms of virtual \
          time (the paper: two fills and four hours; four hours divided by {div} is {warm} ms, \
          and moves the same share of every device, whose bandwidth is kept). Sequential-write \
@@ -118,6 +119,7 @@ fn setup(out: &mut String, mode: Mode) {
         div = s.divisor,
         chunk = experiments::chunk_bytes(s) >> 10,
         ms = s.runtime_ms,
+        rms = s.random_write_runtime_ms,
         warm = experiments::warmup_ms(s),
         ramp = experiments::ramp_ms(s),
     );
