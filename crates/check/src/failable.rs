@@ -6,14 +6,17 @@
 //! one fault the RAID tests need, with a deterministic trigger.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 
 use async_trait::async_trait;
-use flashrig_blockdev::{BlockDevice, DevError, DevRef, DevResult, DeviceInfo, WriteHints};
-use flashrig_metrics::Registry;
+use flashrig_blockdev::{DevError, DevRef, DevResult};
 
-pub struct Failable {
-    inner: DevRef,
+use crate::tap::{Cmd, Tap, Tapped};
+
+/// A device that can be failed: [`FailSwitch`] tapped over the device below.
+pub type Failable = Tapped<FailSwitch>;
+
+/// A [`Failable`]'s state: whether it has failed, and after how many commands it will.
+pub struct FailSwitch {
     failed: AtomicBool,
     /// Fail when this many commands have been issued (u64::MAX: never by count).
     fail_after_ops: AtomicU64,
@@ -22,14 +25,18 @@ pub struct Failable {
 
 impl Failable {
     pub fn new(inner: DevRef) -> Self {
-        Failable {
+        Tapped::over(
             inner,
-            failed: AtomicBool::new(false),
-            fail_after_ops: AtomicU64::new(u64::MAX),
-            ops: AtomicU64::new(0),
-        }
+            FailSwitch {
+                failed: AtomicBool::new(false),
+                fail_after_ops: AtomicU64::new(u64::MAX),
+                ops: AtomicU64::new(0),
+            },
+        )
     }
+}
 
+impl FailSwitch {
     /// Fails the device now.
     pub fn fail(&self) {
         self.failed.store(true, Ordering::SeqCst);
@@ -44,53 +51,23 @@ impl Failable {
     pub fn is_failed(&self) -> bool {
         self.failed.load(Ordering::SeqCst)
     }
+}
 
-    fn check(&self) -> DevResult<()> {
+#[async_trait(?Send)]
+impl Tap for FailSwitch {
+    fn kind(&self) -> &'static str {
+        "failable"
+    }
+
+    /// Counts the command, and refuses it once the device has failed.
+    async fn before(&self, below: &DevRef, _cmd: Cmd) -> DevResult<()> {
         let op = self.ops.fetch_add(1, Ordering::SeqCst);
         if op >= self.fail_after_ops.load(Ordering::SeqCst) {
             self.failed.store(true, Ordering::SeqCst);
         }
         if self.is_failed() {
-            return Err(DevError::DeviceFailed { name: self.inner.info().name.clone() });
+            return Err(DevError::DeviceFailed { name: below.info().name.clone() });
         }
         Ok(())
-    }
-}
-
-#[async_trait(?Send)]
-impl BlockDevice for Failable {
-    fn info(&self) -> &DeviceInfo {
-        self.inner.info()
-    }
-    fn kind(&self) -> &'static str {
-        "failable"
-    }
-    fn metrics(&self) -> Option<Arc<Registry>> {
-        None
-    }
-    fn children(&self) -> Vec<DevRef> {
-        vec![self.inner.clone()]
-    }
-    async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
-        self.check()?;
-        self.inner.read(lba, buf, md).await
-    }
-    async fn write(
-        &self,
-        lba: u64,
-        data: &[u8],
-        md: Option<&[u8]>,
-        hints: WriteHints,
-    ) -> DevResult<()> {
-        self.check()?;
-        self.inner.write(lba, data, md, hints).await
-    }
-    async fn flush(&self) -> DevResult<()> {
-        self.check()?;
-        self.inner.flush().await
-    }
-    async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
-        self.check()?;
-        self.inner.trim(lba, num_blocks).await
     }
 }

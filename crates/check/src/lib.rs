@@ -17,16 +17,18 @@ pub mod model;
 pub mod pattern;
 pub mod power;
 pub mod rot;
+pub mod tap;
 
 pub use driver::{
     run_check, run_ops, verify_after_crash, verify_all, CheckConfig, CheckError, CheckReport,
     OpWeights,
 };
-pub use failable::Failable;
-pub use jitter::Jitter;
+pub use failable::{FailSwitch, Failable};
+pub use jitter::{Delays, Jitter};
 pub use model::{Expect, FlushToken, Model};
-pub use power::{Count, Fuse, Store, Trigger, Unflushed, Volatile};
-pub use rot::{Rot, RotCounts, WriteFault};
+pub use power::{Breaker, Count, Fuse, Store, Trigger, Unflushed, Volatile};
+pub use rot::{Faults, Rot, RotCounts, WriteFault};
+pub use tap::{Cmd, Tap, Tapped};
 
 /// The seeds a randomised test runs: `FLASHRIG_SEED` alone when it is set (to reproduce a
 /// failure), otherwise `cases` seeds starting at `first`, or `FLASHRIG_CASES` seeds when that

@@ -20,13 +20,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use flashrig_blockdev::{
-    check_io, check_range, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, VendorCommand,
-    VendorReply, WriteHints, ZoneCommand, ZoneReply,
+    check_io, check_range, BlockDevice, DevError, DevRef, DevResult, DeviceInfo, WriteHints,
 };
-use flashrig_metrics::Registry;
 use parking_lot::Mutex;
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
+
+use crate::tap::{Cmd, Tap, Tapped};
 
 /// One block on the media: its data, then its metadata bytes.
 pub type StoredBlock = Arc<(Box<[u8]>, Box<[u8]>)>;
@@ -330,10 +330,14 @@ impl Trigger {
 }
 
 /// A pass-through layer that a power cut blows (for the whole stack at once: fuses of one
-/// stack share the `power` switch) and that can be pulled alone like a drive. Vendor
-/// commands pass through. Completions are counted by an optional [`Trigger`].
-pub struct Fuse {
-    inner: DevRef,
+/// stack share the `power` switch) and that can be pulled alone like a drive. Vendor and zone
+/// commands pass through (a zoned member behind a fuse, as `csal:zns` has). Completions are
+/// counted by an optional [`Trigger`]: [`Breaker`] tapped over the device below.
+pub type Fuse = Tapped<Breaker>;
+
+/// A [`Fuse`]'s state: the stack's power switch, whether this member was pulled, and the
+/// trigger that counts completions.
+pub struct Breaker {
     power: Arc<AtomicBool>,
     pulled: AtomicBool,
     trigger: Option<Arc<Trigger>>,
@@ -342,9 +346,11 @@ pub struct Fuse {
 impl Fuse {
     /// A fuse over `inner` on the `power` switch (`true`: power is on).
     pub fn new(inner: DevRef, power: Arc<AtomicBool>, trigger: Option<Arc<Trigger>>) -> Self {
-        Fuse { inner, power, pulled: AtomicBool::new(false), trigger }
+        Tapped::over(inner, Breaker { power, pulled: AtomicBool::new(false), trigger })
     }
+}
 
+impl Breaker {
     /// Fails this member alone from now on, like a pulled drive.
     pub fn pull(&self) {
         self.pulled.store(true, Ordering::SeqCst);
@@ -354,74 +360,31 @@ impl Fuse {
         self.pulled.load(Ordering::SeqCst)
     }
 
-    fn alive(&self) -> DevResult<()> {
+    fn alive(&self, below: &DevRef) -> DevResult<()> {
         if !self.power.load(Ordering::SeqCst) || self.is_pulled() {
-            return Err(DevError::DeviceFailed { name: self.inner.info().name.clone() });
+            return Err(DevError::DeviceFailed { name: below.info().name.clone() });
         }
         Ok(())
-    }
-
-    /// After the command below completed: count it (which may cut the power), then fail it
-    /// if the power or the member is gone by now.
-    fn complete<T>(&self, r: DevResult<T>, flush: bool) -> DevResult<T> {
-        if let Some(t) = &self.trigger {
-            t.completed(flush);
-        }
-        self.alive()?;
-        r
     }
 }
 
 #[async_trait(?Send)]
-impl BlockDevice for Fuse {
-    fn info(&self) -> &DeviceInfo {
-        self.inner.info()
-    }
+impl Tap for Breaker {
     fn kind(&self) -> &'static str {
         "fuse"
     }
-    fn metrics(&self) -> Option<Arc<Registry>> {
-        None
+
+    async fn before(&self, below: &DevRef, _cmd: Cmd) -> DevResult<()> {
+        self.alive(below)
     }
-    fn children(&self) -> Vec<DevRef> {
-        vec![self.inner.clone()]
-    }
-    async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
-        self.alive()?;
-        let r = self.inner.read(lba, buf, md).await;
-        self.complete(r, false)
-    }
-    async fn write(
-        &self,
-        lba: u64,
-        data: &[u8],
-        md: Option<&[u8]>,
-        hints: WriteHints,
-    ) -> DevResult<()> {
-        self.alive()?;
-        let r = self.inner.write(lba, data, md, hints).await;
-        self.complete(r, false)
-    }
-    async fn flush(&self) -> DevResult<()> {
-        self.alive()?;
-        let r = self.inner.flush().await;
-        self.complete(r, true)
-    }
-    async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
-        self.alive()?;
-        let r = self.inner.trim(lba, num_blocks).await;
-        self.complete(r, false)
-    }
-    async fn vendor(&self, cmd: VendorCommand<'_>) -> DevResult<VendorReply> {
-        self.alive()?;
-        let r = self.inner.vendor(cmd).await;
-        self.complete(r, false)
-    }
-    /// Zone commands pass like writes (a zoned member behind a fuse, as `csal:zns` has).
-    async fn zone(&self, cmd: ZoneCommand) -> DevResult<ZoneReply> {
-        self.alive()?;
-        let r = self.inner.zone(cmd).await;
-        self.complete(r, false)
+
+    /// Counts the completion (which may cut the power), then fails the command if the power
+    /// or the member is gone by now.
+    fn after(&self, below: &DevRef, cmd: Cmd) -> DevResult<()> {
+        if let Some(t) = &self.trigger {
+            t.completed(cmd == Cmd::Flush);
+        }
+        self.alive(below)
     }
 }
 

@@ -16,15 +16,12 @@
 //! Faults are armed by count ("the n-th write from now"), so a seeded plan replays exactly.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use async_trait::async_trait;
-use flashrig_blockdev::{
-    BlockDevice, DevRef, DevResult, DeviceInfo, VendorCommand, VendorReply, WriteHints,
-    ZoneCommand, ZoneReply,
-};
-use flashrig_metrics::Registry;
+use flashrig_blockdev::{DevRef, DevResult, WriteHints};
 use parking_lot::Mutex;
+
+use crate::tap::{Cmd, Tap, Tapped};
 
 /// What happens to an armed write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,58 +40,59 @@ pub struct RotCounts {
     pub misdirected_writes: u64,
 }
 
-pub struct Rot {
-    inner: DevRef,
+/// A device with silent faults: [`Faults`] tapped over the device below.
+pub type Rot = Tapped<Faults>;
+
+/// A [`Rot`]'s armed faults, its counts and its delay.
+pub struct Faults {
     /// Armed write faults: (writes still to pass before it fires, fault).
     armed: Mutex<Vec<(u64, WriteFault)>>,
     flipped: AtomicU64,
     lost: AtomicU64,
     misdirected: AtomicU64,
-    /// Added to every command (0: none).
+    /// Added to every command but vendor commands (0: none).
     delay_ns: AtomicU64,
 }
 
 impl Rot {
     pub fn new(inner: DevRef) -> Self {
-        Rot {
+        Tapped::over(
             inner,
-            armed: Mutex::new(Vec::new()),
-            flipped: AtomicU64::new(0),
-            lost: AtomicU64::new(0),
-            misdirected: AtomicU64::new(0),
-            delay_ns: AtomicU64::new(0),
-        }
-    }
-
-    /// Makes every later command take `delay_ns` longer (0: back to normal).
-    pub fn set_delay_ns(&self, delay_ns: u64) {
-        self.delay_ns.store(delay_ns, Ordering::Relaxed);
-    }
-
-    async fn delay(&self) {
-        let ns = self.delay_ns.load(Ordering::Relaxed);
-        if ns > 0 {
-            flashrig_runtime::sleep_ns(ns).await;
-        }
+            Faults {
+                armed: Mutex::new(Vec::new()),
+                flipped: AtomicU64::new(0),
+                lost: AtomicU64::new(0),
+                misdirected: AtomicU64::new(0),
+                delay_ns: AtomicU64::new(0),
+            },
+        )
     }
 
     /// Flips bit `bit % (block bits)` of the block at `lba` and writes it back with its old
     /// metadata. The rewrite is an ordinary write to the layer below (durable at its next
     /// flush), so the corruption survives like the data around it.
     pub async fn flip(&self, lba: u64, bit: u64) -> DevResult<()> {
-        let info = self.inner.info();
+        let below = self.below();
+        let info = below.info();
         let bs = info.block_size as usize;
         let mdb = info.md_bytes_per_block as usize;
         let mut data = vec![0u8; bs];
         let mut md = vec![0u8; mdb];
         let md_arg = (mdb > 0).then_some(md.as_mut_slice());
-        self.inner.read(lba, &mut data, md_arg).await?;
+        below.read(lba, &mut data, md_arg).await?;
         let bit = bit % (bs as u64 * 8);
         data[(bit / 8) as usize] ^= 1 << (bit % 8);
         let md_arg = (mdb > 0).then_some(md.as_slice());
-        self.inner.write(lba, &data, md_arg, WriteHints::NONE).await?;
+        below.write(lba, &data, md_arg, WriteHints::NONE).await?;
         self.flipped.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+impl Faults {
+    /// Makes every later command take `delay_ns` longer (0: back to normal).
+    pub fn set_delay_ns(&self, delay_ns: u64) {
+        self.delay_ns.store(delay_ns, Ordering::Relaxed);
     }
 
     /// Arms `fault` for the write `n` writes from now (0: the next one).
@@ -133,43 +131,39 @@ impl Rot {
 }
 
 #[async_trait(?Send)]
-impl BlockDevice for Rot {
-    fn info(&self) -> &DeviceInfo {
-        self.inner.info()
-    }
+impl Tap for Faults {
     fn kind(&self) -> &'static str {
         "rot"
     }
-    fn metrics(&self) -> Option<Arc<Registry>> {
-        None
+
+    async fn before(&self, _below: &DevRef, cmd: Cmd) -> DevResult<()> {
+        let ns = self.delay_ns.load(Ordering::Relaxed);
+        if ns > 0 && cmd != Cmd::Vendor {
+            flashrig_runtime::sleep_ns(ns).await;
+        }
+        Ok(())
     }
-    fn children(&self) -> Vec<DevRef> {
-        vec![self.inner.clone()]
-    }
-    async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
-        self.delay().await;
-        self.inner.read(lba, buf, md).await
-    }
+
     async fn write(
         &self,
+        below: &DevRef,
         lba: u64,
         data: &[u8],
         md: Option<&[u8]>,
         hints: WriteHints,
     ) -> DevResult<()> {
-        self.delay().await;
         match self.next_write() {
-            None => self.inner.write(lba, data, md, hints).await,
+            None => below.write(lba, data, md, hints).await,
             Some(WriteFault::Lose) => {
                 // The command is checked as the device below would check it, so a lost write
                 // is never a bad request answered with success.
-                let info = self.inner.info();
+                let info = below.info();
                 flashrig_blockdev::check_io(info, lba, data.len(), md.map(|m| m.len()))?;
                 self.lost.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
             Some(WriteFault::Misdirect { shift_blocks }) => {
-                let info = self.inner.info();
+                let info = below.info();
                 let blocks =
                     flashrig_blockdev::check_io(info, lba, data.len(), md.map(|m| m.len()))?;
                 // Targets are the addresses where the whole write fits; the intended one is
@@ -184,32 +178,19 @@ impl BlockDevice for Rot {
                     to = (to + 1) % targets;
                 }
                 self.misdirected.fetch_add(1, Ordering::Relaxed);
-                self.inner.write(to, data, md, hints).await
+                below.write(to, data, md, hints).await
             }
         }
-    }
-    async fn flush(&self) -> DevResult<()> {
-        self.delay().await;
-        self.inner.flush().await
-    }
-    async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
-        self.delay().await;
-        self.inner.trim(lba, num_blocks).await
-    }
-    async fn vendor(&self, cmd: VendorCommand<'_>) -> DevResult<VendorReply> {
-        self.inner.vendor(cmd).await
-    }
-    async fn zone(&self, cmd: ZoneCommand) -> DevResult<ZoneReply> {
-        self.delay().await;
-        self.inner.zone(cmd).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flashrig_blockdev::BlockDevice;
     use flashrig_devices::RamDevice;
     use flashrig_runtime::{run, RuntimeKind};
+    use std::sync::Arc;
 
     fn block(v: u8) -> Vec<u8> {
         vec![v; 4096]

@@ -15,8 +15,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use flashrig_blockdev::{BlockDevice, DevRef, DevResult, DeviceInfo, WriteHints};
-use flashrig_check::{run_check, seeds, CheckConfig, CheckError, CheckReport, Jitter, Model};
+use flashrig_blockdev::{DevRef, DevResult, WriteHints};
+use flashrig_check::{
+    run_check, seeds, CheckConfig, CheckError, CheckReport, Jitter, Model, Tap, Tapped,
+};
 use flashrig_devices::{FileDevice, FileOptions, IoEngine, RamDevice};
 use flashrig_engines::{Concat, Stripe};
 use flashrig_runtime::{run, RuntimeKind};
@@ -167,29 +169,24 @@ fn stripe_over_files_matches_the_model() {
     }
 }
 
-/// A broken device: passes everything through except that it acknowledges every `nth` write
-/// without performing it, or performs it one block off. (Every nth, not just one: a single
-/// damaged block may be overwritten before anything reads it, and then no checker could tell.)
+/// A broken device's tap: passes everything through except that it acknowledges every `nth`
+/// write without performing it, or performs it one block off. (Every nth, not just one: a
+/// single damaged block may be overwritten before anything reads it, and then no checker
+/// could tell.)
 struct Broken {
-    inner: DevRef,
     nth: u64,
     misdirect: bool,
     writes: Mutex<u64>,
 }
 
 #[async_trait(?Send)]
-impl BlockDevice for Broken {
-    fn info(&self) -> &DeviceInfo {
-        self.inner.info()
-    }
+impl Tap for Broken {
     fn kind(&self) -> &'static str {
         "broken"
     }
-    async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
-        self.inner.read(lba, buf, md).await
-    }
     async fn write(
         &self,
+        below: &DevRef,
         lba: u64,
         data: &[u8],
         md: Option<&[u8]>,
@@ -204,17 +201,11 @@ impl BlockDevice for Broken {
             if !self.misdirect {
                 return Ok(());
             }
-            let blocks = (data.len() / self.info().block_size as usize) as u64;
-            let to = if lba + blocks < self.info().num_blocks { lba + 1 } else { lba - 1 };
-            return self.inner.write(to, data, md, hints).await;
+            let blocks = (data.len() / below.info().block_size as usize) as u64;
+            let to = if lba + blocks < below.info().num_blocks { lba + 1 } else { lba - 1 };
+            return below.write(to, data, md, hints).await;
         }
-        self.inner.write(lba, data, md, hints).await
-    }
-    async fn flush(&self) -> DevResult<()> {
-        self.inner.flush().await
-    }
-    async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
-        self.inner.trim(lba, num_blocks).await
+        below.write(lba, data, md, hints).await
     }
 }
 
@@ -229,12 +220,10 @@ fn the_checker_catches_lost_and_misdirected_writes() {
                 ..config(seed, reactors)
             };
             let r = check(kind, reactors, cfg, move || {
-                Arc::new(Broken {
-                    inner: ram("ram", 4096, 256, 0),
-                    nth: 50,
-                    misdirect,
-                    writes: Mutex::new(0),
-                })
+                Arc::new(Tapped::over(
+                    ram("ram", 4096, 256, 0),
+                    Broken { nth: 50, misdirect, writes: Mutex::new(0) },
+                ))
             });
             let e = r.expect_err(&format!(
                 "broken (misdirect={misdirect}) on {kind:?}x{reactors} must fail the check"

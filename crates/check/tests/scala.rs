@@ -47,7 +47,7 @@ use flashrig_blockdev::{
 };
 use flashrig_check::{
     run_check, run_ops, seeds, verify_after_crash, verify_all, CheckConfig, CheckError, Jitter,
-    Model, OpWeights, Store, Volatile,
+    Model, OpWeights, Store, Tap, Tapped, Volatile,
 };
 use flashrig_devices::RamDevice;
 use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions, RECOVERY_STEPS};
@@ -1918,35 +1918,19 @@ fn gc_trims_a_stripe_emptied_by_overwrites_only_once_they_are_durable() {
         unflushed: Mutex<Option<Vec<Unflushed>>>,
     }
 
-    /// A member: `Jitter` over `Volatile` (commands take simulated time, so GC runs beside
-    /// the writes), watching for GC's trims (one chunk; conversion trims a VH of k chunks,
-    /// format and recovery other sizes) and cutting the power at the next flush.
+    /// A member's tap over `Jitter` over `Volatile` (commands take simulated time, so GC runs
+    /// beside the writes), watching for GC's trims (one chunk; conversion trims a VH of k
+    /// chunks, format and recovery other sizes) and cutting the power at the next flush.
     struct Member {
-        below: DevRef,
         power: Arc<Mains>,
     }
 
     #[async_trait(?Send)]
-    impl BlockDevice for Member {
-        fn info(&self) -> &DeviceInfo {
-            self.below.info()
-        }
+    impl Tap for Member {
         fn kind(&self) -> &'static str {
             "member"
         }
-        async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
-            self.below.read(lba, buf, md).await
-        }
-        async fn write(
-            &self,
-            lba: u64,
-            data: &[u8],
-            md: Option<&[u8]>,
-            hints: WriteHints,
-        ) -> DevResult<()> {
-            self.below.write(lba, data, md, hints).await
-        }
-        async fn flush(&self) -> DevResult<()> {
+        async fn flush(&self, below: &DevRef) -> DevResult<()> {
             if self.power.gc_trimmed.load(Ordering::SeqCst) {
                 let mut unflushed = self.power.unflushed.lock();
                 if unflushed.is_none() {
@@ -1954,13 +1938,13 @@ fn gc_trims_a_stripe_emptied_by_overwrites_only_once_they_are_durable() {
                     *unflushed = Some(members.iter().map(|m| m.power_cut()).collect());
                 }
             }
-            self.below.flush().await
+            below.flush().await
         }
-        async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
+        async fn trim(&self, below: &DevRef, lba: u64, num_blocks: u64) -> DevResult<()> {
             if num_blocks == CHUNK_BLOCKS {
                 self.power.gc_trimmed.store(true, Ordering::SeqCst);
             }
-            self.below.trim(lba, num_blocks).await
+            below.trim(lba, num_blocks).await
         }
     }
 
@@ -1975,7 +1959,7 @@ fn gc_trims_a_stripe_emptied_by_overwrites_only_once_they_are_durable() {
             let v = Arc::new(Volatile::new(&name, 4096, BLOCKS, MD_BYTES, store.clone()));
             mains.members.lock().push(v.clone());
             let below: DevRef = Arc::new(Jitter::new(v, 20_000, i as u64));
-            devs.push(Arc::new(Member { below, power: mains.clone() }));
+            devs.push(Arc::new(Tapped::over(below, Member { power: mains.clone() })));
         }
         let sc = Arc::new(Scala::create("sc", devs, o.clone()).await.map_err(|e| e.to_string())?);
         let dev: DevRef = sc.clone();
@@ -2050,49 +2034,36 @@ impl Mains {
     }
 }
 
+/// A member's cord to the mains (tapped over its `Volatile`): holds flushes while told to,
+/// cuts the power at a flush when told to, and writes trims through as zeros when trims are
+/// to be durable at once.
 struct Cord {
-    below: Arc<Volatile>,
     mains: Arc<Mains>,
 }
 
 #[async_trait(?Send)]
-impl BlockDevice for Cord {
-    fn info(&self) -> &DeviceInfo {
-        self.below.info()
-    }
+impl Tap for Cord {
     fn kind(&self) -> &'static str {
         "cord"
     }
-    async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
-        self.below.read(lba, buf, md).await
-    }
-    async fn write(
-        &self,
-        lba: u64,
-        data: &[u8],
-        md: Option<&[u8]>,
-        hints: WriteHints,
-    ) -> DevResult<()> {
-        self.below.write(lba, data, md, hints).await
-    }
-    async fn flush(&self) -> DevResult<()> {
+    async fn flush(&self, below: &DevRef) -> DevResult<()> {
         while self.mains.hold_flushes.load(Ordering::SeqCst) {
             sleep_ns(1_000).await;
         }
         if self.mains.cut_at_flush.load(Ordering::SeqCst) {
             self.mains.cut();
         }
-        self.below.flush().await
+        below.flush().await
     }
-    async fn trim(&self, lba: u64, num_blocks: u64) -> DevResult<()> {
+    async fn trim(&self, below: &DevRef, lba: u64, num_blocks: u64) -> DevResult<()> {
         if !self.mains.trims_durable.load(Ordering::SeqCst) {
-            return self.below.trim(lba, num_blocks).await;
+            return below.trim(lba, num_blocks).await;
         }
         // Zeros written through the cache read back as a trimmed block does.
-        let info = self.below.info();
+        let info = below.info();
         let data = vec![0u8; (num_blocks * info.block_size as u64) as usize];
         let md = vec![0u8; (num_blocks * info.md_bytes_per_block as u64) as usize];
-        self.below.write(lba, &data, Some(&md), WriteHints { fua: true, ..WriteHints::NONE }).await
+        below.write(lba, &data, Some(&md), WriteHints { fua: true, ..WriteHints::NONE }).await
     }
 }
 
@@ -2114,7 +2085,7 @@ fn corded_members(stores: &[Store], mains: &Arc<Mains>) -> Vec<DevRef> {
                 store.clone(),
             ));
             mains.members.lock().push(v.clone());
-            Arc::new(Cord { below: v, mains: mains.clone() }) as DevRef
+            Arc::new(Tapped::over(v, Cord { mains: mains.clone() })) as DevRef
         })
         .collect()
 }
