@@ -74,7 +74,7 @@ impl Inner {
     /// smaller than that, as at reduced scale, would otherwise send each tenant's share of
     /// one chunk as a short write). Returns whether it made progress.
     pub(crate) async fn compact_one(self: &Arc<Self>) -> DevResult<bool> {
-        let streams = if self.opts.user_isolation { self.opts.tenants.max(1) as u64 } else { 1 };
+        let streams = self.opts.compaction_streams();
         let want = (self.opts.batch_blocks.max(1) * streams).div_ceil(self.geo.chunk_blocks);
         let victims = self.pick_chunks(want.clamp(1, MAX_CHUNKS_PER_COMPACTION) as usize);
         if victims.is_empty() {

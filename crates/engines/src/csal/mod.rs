@@ -74,6 +74,23 @@ pub struct CsalOptions {
     pub internal_reactor: Option<usize>,
 }
 
+impl CsalOptions {
+    /// How many groups compaction keeps apart: one per tenant with user isolation, else one.
+    pub fn compaction_streams(&self) -> u64 {
+        if self.user_isolation {
+            self.tenants.max(1) as u64
+        } else {
+            1
+        }
+    }
+
+    /// How many zones are written at once at most: a compaction stream per group, and as
+    /// many GC streams again with GC isolation.
+    pub fn write_streams(&self) -> u64 {
+        self.compaction_streams() * if self.gc_isolation { 2 } else { 1 }
+    }
+}
+
 impl Default for CsalOptions {
     fn default() -> Self {
         CsalOptions {
@@ -349,8 +366,7 @@ impl Csal {
         }
         let zones = zi.num_blocks / zg.zone_blocks;
         let cap = zg.zone_capacity_blocks;
-        let streams = if opts.user_isolation { opts.tenants as u64 } else { 1 }
-            * if opts.gc_isolation { 2 } else { 1 };
+        let streams = opts.write_streams();
         // Zones that can never hold live data at once: the GC threshold's free zones, one
         // partly filled zone per stream, and one zone whose blocks are being moved.
         let reserved = opts.gc_free_zones + streams + 1;

@@ -26,9 +26,7 @@ impl Inner {
     /// Whether every stream can keep its zone open at once (no open-zone limit, or one at
     /// least the number of streams).
     pub(crate) fn streams_fit_open_limit(&self) -> bool {
-        let tenants = if self.opts.user_isolation { self.opts.tenants.max(1) as usize } else { 1 };
-        let streams = tenants * if self.opts.gc_isolation { 2 } else { 1 };
-        self.open_zone_limit == 0 || streams <= self.open_zone_limit
+        self.open_zone_limit == 0 || self.opts.write_streams() as usize <= self.open_zone_limit
     }
 
     /// The stream a block of `tenant` moved by compaction (`gc = false`) or GC goes to.
