@@ -675,6 +675,18 @@ fn load_with_fio(config: Option<&PathBuf>, fio: &FioArgs, quiet: bool) -> Result
     Ok(cfg)
 }
 
+/// Where `flashrig run --json <path>` writes: `path` itself, or for a phased run one file per
+/// phase beside it, `<stem>.<phase>.json` (`r.json` and phase `randwrite4k`:
+/// `r.randwrite4k.json`).
+fn result_paths(path: &std::path::Path, cfg: &Config) -> Vec<PathBuf> {
+    if cfg.phase.is_empty() {
+        return vec![path.to_path_buf()];
+    }
+    let stem =
+        path.file_stem().map_or_else(|| "result".into(), |s| s.to_string_lossy().into_owned());
+    cfg.phase.iter().map(|p| path.with_file_name(format!("{stem}.{}.json", p.name))).collect()
+}
+
 fn dispatch(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Run { config, fio, seed, runtime, json, quiet } => {
@@ -688,25 +700,35 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                     RuntimeArg::Real => RuntimeKind::Real,
                 };
             }
-            // Open the result file before the run, so a bad path is reported at once rather
-            // than after a long run.
-            let json_file = match &json {
-                Some(path) => Some(std::fs::File::create(path).map_err(|e| {
-                    Error::Input(format!("--json {}: cannot create the file: {e}", path.display()))
-                })?),
-                None => None,
-            };
-            let out = flashrig::run::run_with_progress(&cfg, !quiet)?;
-            if let (Some(mut f), Some(path)) = (json_file, &json) {
+            // Open the result files before the run, so a bad path is reported at once rather
+            // than after a long run. A phased run writes one per phase, `<stem>.<phase>.json`.
+            let mut json_files = Vec::new();
+            if let Some(path) = &json {
+                for p in result_paths(path, &cfg) {
+                    let f = std::fs::File::create(&p).map_err(|e| {
+                        Error::Input(format!("--json {}: cannot create the file: {e}", p.display()))
+                    })?;
+                    json_files.push((f, p));
+                }
+            }
+            let outs = flashrig::run::run_all(&cfg, !quiet)?;
+            for ((f, path), out) in json_files.iter_mut().zip(&outs) {
                 use std::io::Write;
                 f.write_all(out.result.to_json_pretty().as_bytes())
                     .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))?;
             }
-            if !quiet {
-                print!("{}", render_summary(&cfg, &out));
+            let mut errors = 0;
+            for (index, out) in outs.iter().enumerate() {
+                if !quiet {
+                    if let Some(name) = &out.phase {
+                        println!("phase {name} ({} of {}):", index + 1, outs.len());
+                    }
+                    print!("{}", render_summary(&cfg.for_phase(index), out));
+                }
+                errors += out.summary.errors;
             }
-            if out.summary.errors > 0 {
-                return Err(Error::Run(format!("{} requests failed", out.summary.errors)));
+            if errors > 0 {
+                return Err(Error::Run(format!("{errors} requests failed")));
             }
             Ok(())
         }

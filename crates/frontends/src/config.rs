@@ -51,7 +51,30 @@ pub struct Config {
     /// Replay a block trace instead of running `workload`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayConfig>,
+    /// Loads that run one after another on the same stack after one preconditioning, each
+    /// measured on its own (`[[phase]]` tables, in order). CSAL's evaluation warms its devices
+    /// up once and then runs its writes, reads and mixed loads in turn (csal-eurosys24.txt
+    /// §6.2), and a phased run does the same: later phases find the state earlier ones left.
+    /// With phases, `[workload]` is unused (each phase gives its own) and the run has one
+    /// result per phase. Left out of the effective configuration when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub phase: Vec<PhaseConfig>,
 }
+
+/// One load of a phased run (`[[phase]]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseConfig {
+    /// Names the phase in the summary and in its result file's name (letters, digits, `-`,
+    /// `_`, `.` and `+`), unique within the run.
+    pub name: String,
+    /// The phase's workload, a whole `[workload]` table (defaults as there).
+    #[serde(default)]
+    pub workload: WorkloadConfig,
+}
+
+/// The most phases of one run.
+pub const MAX_PHASES: usize = 1024;
 
 impl Default for Config {
     fn default() -> Self {
@@ -63,6 +86,7 @@ impl Default for Config {
             workload: WorkloadConfig::default(),
             precondition: PreconditionConfig::default(),
             replay: None,
+            phase: Vec::new(),
         }
     }
 }
@@ -817,76 +841,135 @@ impl Config {
                 p.iodepth
             ));
         }
-        let w = &self.workload;
-        if w.bs.bytes() == 0 {
-            return Err("workload.bs must be positive".into());
-        }
-        if w.iodepth == 0 || w.iodepth as u64 > MAX_IODEPTH {
-            return Err(format!(
-                "workload.iodepth = {}: must be between 1 and {MAX_IODEPTH}",
-                w.iodepth
-            ));
-        }
-        if w.jobs == 0 || w.jobs as u64 > MAX_JOBS {
-            return Err(format!("workload.jobs = {}: must be between 1 and {MAX_JOBS}", w.jobs));
-        }
-        if w.jobs as u64 * w.iodepth as u64 > MAX_IN_FLIGHT {
-            return Err(format!(
-                "workload.jobs x workload.iodepth = {}: at most {MAX_IN_FLIGHT} requests in flight",
-                w.jobs as u64 * w.iodepth as u64
-            ));
-        }
-        if w.range.map(|r| r.bytes()) == Some(0) {
-            return Err("workload.range must be positive".into());
-        }
-        if w.rwmixread > 100 {
-            return Err(format!("workload.rwmixread = {}: a percentage, 0 to 100", w.rwmixread));
-        }
-        if w.runtime_ms == Some(0) {
-            return Err("workload.runtime_ms must be positive".into());
-        }
-        if let Some(ramp) = w.ramp_ms {
-            if ramp == 0 {
-                return Err("workload.ramp_ms must be positive (leave it out for no ramp)".into());
-            }
-            if ramp > MAX_RAMP_MS {
-                return Err(format!(
-                    "workload.ramp_ms = {ramp}: at most {MAX_RAMP_MS} (one day of the runtime's clock)"
-                ));
-            }
-            if self.replay.is_some() {
-                return Err("workload.ramp_ms: a [replay] runs its trace from the first request; \
-                            warm the stack up with [precondition] instead"
-                    .into());
-            }
-        }
-        if w.size.map(|s| s.bytes()) == Some(0) {
-            return Err("workload.size must be positive".into());
-        }
-        if let Some(a) = w.blockalign {
-            let smallest = w.min_request_bytes();
-            if a.bytes() == 0 || a.bytes() > smallest {
-                return Err(format!(
-                    "workload.blockalign = {a}: must be positive and at most the smallest request \
-                     size ({})",
-                    Size(smallest)
-                ));
-            }
-        }
-        if w.rate_iops == Some(0) {
-            return Err("workload.rate_iops must be positive".into());
-        }
-        for (i, name) in w.series_counters.iter().enumerate() {
-            // A name twice would be one column of the result recorded twice.
-            if name.is_empty() || w.series_counters[..i].contains(name) {
-                return Err(format!(
-                    "workload.series_counters[{i}] = \"{name}\": names must be non-empty and \
-                     listed once"
-                ));
-            }
+        self.validate_phases()?;
+        if self.phase.is_empty() {
+            validate_workload(&self.workload, "workload", self.replay.is_some())?;
         }
         Ok(())
     }
+
+    /// The loads of the run: `[workload]` alone, or each `[[phase]]` (name, workload).
+    pub fn loads(&self) -> Vec<(Option<&str>, &WorkloadConfig)> {
+        if self.phase.is_empty() {
+            vec![(None, &self.workload)]
+        } else {
+            self.phase.iter().map(|p| (Some(p.name.as_str()), &p.workload)).collect()
+        }
+    }
+
+    /// The configuration as phase `index` ran it: its workload in `[workload]`, every phase
+    /// kept (so a phase's result file holds the whole run's configuration).
+    pub fn for_phase(&self, index: usize) -> Config {
+        let mut c = self.clone();
+        if let Some(p) = self.phase.get(index) {
+            c.workload = p.workload.clone();
+        }
+        c
+    }
+
+    fn validate_phases(&self) -> Result<(), String> {
+        if self.phase.is_empty() {
+            return Ok(());
+        }
+        if self.phase.len() > MAX_PHASES {
+            return Err(format!("phase: {} phases, at most {MAX_PHASES}", self.phase.len()));
+        }
+        if self.replay.is_some() {
+            return Err("phase: a [replay] is one load; give either [replay] or [[phase]] \
+                        tables"
+                .into());
+        }
+        if self.workload != WorkloadConfig::default() {
+            return Err("workload: unused in a run with [[phase]] tables; give each phase its \
+                        workload ([phase.workload]) and leave [workload] out"
+                .into());
+        }
+        for (i, p) in self.phase.iter().enumerate() {
+            let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '+');
+            if p.name.is_empty() || !p.name.chars().all(ok) || p.name.starts_with('.') {
+                return Err(format!(
+                    "phase[{i}].name = {:?}: must be non-empty, made of letters, digits, '-', \
+                     '_', '.' and '+', and not start with '.' (it names the phase's result file)",
+                    p.name
+                ));
+            }
+            if self.phase[..i].iter().any(|q| q.name == p.name) {
+                return Err(format!("phase[{i}].name = {:?}: names must be unique", p.name));
+            }
+            validate_workload(&p.workload, &format!("phase[{i}].workload"), false)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks one workload; messages name its keys under `at` (`workload`, `phase[2].workload`).
+fn validate_workload(w: &WorkloadConfig, at: &str, replay: bool) -> Result<(), String> {
+    if w.bs.bytes() == 0 {
+        return Err(format!("{at}.bs must be positive"));
+    }
+    if w.iodepth == 0 || w.iodepth as u64 > MAX_IODEPTH {
+        return Err(format!("{at}.iodepth = {}: must be between 1 and {MAX_IODEPTH}", w.iodepth));
+    }
+    if w.jobs == 0 || w.jobs as u64 > MAX_JOBS {
+        return Err(format!("{at}.jobs = {}: must be between 1 and {MAX_JOBS}", w.jobs));
+    }
+    if w.jobs as u64 * w.iodepth as u64 > MAX_IN_FLIGHT {
+        return Err(format!(
+            "{at}.jobs x {at}.iodepth = {}: at most {MAX_IN_FLIGHT} requests in flight",
+            w.jobs as u64 * w.iodepth as u64
+        ));
+    }
+    if w.range.map(|r| r.bytes()) == Some(0) {
+        return Err(format!("{at}.range must be positive"));
+    }
+    if w.rwmixread > 100 {
+        return Err(format!("{at}.rwmixread = {}: a percentage, 0 to 100", w.rwmixread));
+    }
+    if w.runtime_ms == Some(0) {
+        return Err(format!("{at}.runtime_ms must be positive"));
+    }
+    if let Some(ramp) = w.ramp_ms {
+        if ramp == 0 {
+            return Err(format!("{at}.ramp_ms must be positive (leave it out for no ramp)"));
+        }
+        if ramp > MAX_RAMP_MS {
+            return Err(format!(
+                "{at}.ramp_ms = {ramp}: at most {MAX_RAMP_MS} (one day of the runtime's clock)"
+            ));
+        }
+        if replay {
+            return Err(format!(
+                "{at}.ramp_ms: a [replay] runs its trace from the first request; \
+                            warm the stack up with [precondition] instead"
+            ));
+        }
+    }
+    if w.size.map(|s| s.bytes()) == Some(0) {
+        return Err(format!("{at}.size must be positive"));
+    }
+    if let Some(a) = w.blockalign {
+        let smallest = w.min_request_bytes();
+        if a.bytes() == 0 || a.bytes() > smallest {
+            return Err(format!(
+                "{at}.blockalign = {a}: must be positive and at most the smallest request \
+                     size ({})",
+                Size(smallest)
+            ));
+        }
+    }
+    if w.rate_iops == Some(0) {
+        return Err(format!("{at}.rate_iops must be positive"));
+    }
+    for (i, name) in w.series_counters.iter().enumerate() {
+        // A name twice would be one column of the result recorded twice.
+        if name.is_empty() || w.series_counters[..i].contains(name) {
+            return Err(format!(
+                "{at}.series_counters[{i}] = \"{name}\": names must be non-empty and \
+                     listed once"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A deserialisation error of `text` as a user needs it: the key path of the offending value

@@ -27,7 +27,8 @@ impl ProgressDisplay {
     fn start(cfg: &Config, progress: Arc<Progress>) -> ProgressDisplay {
         let w = &cfg.workload;
         // (total, counts time) for the bar; None: a spinner.
-        let total = if cfg.replay.is_some() {
+        // Replays, whose length is the trace's, and phased runs get a spinner.
+        let total = if cfg.replay.is_some() || !cfg.phase.is_empty() {
             None
         } else {
             match (w.size, w.runtime_ms) {
@@ -93,14 +94,17 @@ impl ProgressDisplay {
     }
 }
 
-/// A finished run: the result file and the numbers the terminal summary prints.
+/// A finished run (or one phase of a phased run): the result file and the numbers the
+/// terminal summary prints.
 pub struct RunOutput {
     pub result: RunResult,
     pub summary: WorkloadSummary,
     pub stats: RunStats,
+    /// The phase's name (`[[phase]]`), or `None` for a run of `[workload]` or `[replay]`.
+    pub phase: Option<String>,
 }
 
-/// Runs `cfg` to completion.
+/// Runs `cfg` to completion. A phased configuration is refused here: [`run_all`] runs it.
 pub fn run(cfg: &Config) -> Result<RunOutput, Error> {
     run_with_progress(cfg, false)
 }
@@ -108,6 +112,21 @@ pub fn run(cfg: &Config) -> Result<RunOutput, Error> {
 /// Runs `cfg` to completion; with `show_progress`, a progress bar on stderr for runs that take
 /// more than a second of wall time (drawn only when stderr is a terminal).
 pub fn run_with_progress(cfg: &Config, show_progress: bool) -> Result<RunOutput, Error> {
+    if !cfg.phase.is_empty() {
+        return Err(Error::Input(format!(
+            "phase: this configuration has {} phases, each with a result of its own; run it \
+             with `flashrig run` (or run::run_all)",
+            cfg.phase.len()
+        )));
+    }
+    let mut outs = run_all(cfg, show_progress)?;
+    Ok(outs.remove(0))
+}
+
+/// Runs `cfg` to completion: one output, or one per `[[phase]]` in order. With
+/// `show_progress`, a progress bar on stderr for runs that take more than a second of wall
+/// time (drawn only when stderr is a terminal).
+pub fn run_all(cfg: &Config, show_progress: bool) -> Result<Vec<RunOutput>, Error> {
     let progress = Arc::new(Progress::default());
     let bar = show_progress.then(|| ProgressDisplay::start(cfg, progress.clone()));
     let result = run_inner(cfg, progress);
@@ -117,36 +136,44 @@ pub fn run_with_progress(cfg: &Config, show_progress: bool) -> Result<RunOutput,
     result
 }
 
-/// What the runtime's main task hands back to [`run_inner`].
+/// What the runtime's main task hands back to [`run_inner`] for each load.
 struct Outcome {
     jobs: Vec<JobOutcome>,
     total: JobOutcome,
     layers: flashrig_metrics::LayerSnapshot,
     replay_counts: Option<crate::replay::ReplayCounts>,
+    /// The layers at the measured window's start (after preconditioning, a ramp, or, for a
+    /// later phase, the phases before it).
     preconditioned: Option<flashrig_metrics::LayerSnapshot>,
     counter_series: Option<CounterSeries>,
 }
 
-fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> {
+/// The seed of phase `index`'s jobs: the run's seed for the first, so a one-phase run draws
+/// what the same `[workload]` would, and a different one for each later phase, so that
+/// phases of the same workload do not repeat each other's offsets.
+pub fn phase_seed(seed: u64, index: usize) -> u64 {
+    seed.wrapping_add((index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<Vec<RunOutput>, Error> {
     let job_cfg = cfg.clone();
-    let (outcome, stats) = flashrig_runtime::run(cfg.runtime, cfg.reactors, move || async move {
+    let (outcomes, stats) = flashrig_runtime::run(cfg.runtime, cfg.reactors, move || async move {
         let cfg = job_cfg;
         // The stack is built inside the runtime, so devices may start pollers and tasks.
         let dev = crate::stack::build(&cfg.device).await?;
-        check_workload_fits(
-            &cfg.workload,
-            dev.info().block_size as u64,
-            dev.info().capacity_bytes(),
-        )?;
-        // Unknown counter names fail now, before preconditioning and the run, not after them.
-        let series_counters = &cfg.workload.series_counters;
-        if !series_counters.is_empty() {
-            crate::counters::check_names(&snapshot_stack(dev.as_ref()), series_counters)?;
+        let loads = cfg.loads();
+        // Every load is checked before preconditioning and the first phase, so a mistake in
+        // the last phase does not cost the run before it. Unknown counter names fail here too.
+        for (index, (name, w)) in loads.iter().enumerate() {
+            let at = match name {
+                None => "workload".to_string(),
+                Some(_) => format!("phase[{index}].workload"),
+            };
+            check_workload_fits(w, &at, dev.info().block_size as u64, dev.info().capacity_bytes())?;
+            if !w.series_counters.is_empty() {
+                crate::counters::check_names(&snapshot_stack(dev.as_ref()), &w.series_counters)?;
+            }
         }
-        let counter_interval_ns = match cfg.workload.series_interval_ns() {
-            0 => SERIES_INTERVAL_NS,
-            ns => ns,
-        };
         // The layers' counters after preconditioning, so a reader can tell what the measured
         // window did (a two-phase engine's conversions, an SSD's programs) from what the
         // preconditioning did.
@@ -160,158 +187,216 @@ fn run_inner(cfg: &Config, progress: Arc<Progress>) -> Result<RunOutput, Error> 
             flashrig_blockdev::reset_stack_latencies(dev.as_ref());
         }
         if let Some(r) = &cfg.replay {
-            let interval = cfg.workload.series_interval_ns();
-            let sampler = CounterSampler::start(&dev, series_counters, counter_interval_ns)?;
+            let w = &cfg.workload;
+            let interval = w.series_interval_ns();
+            let counter_interval_ns = match interval {
+                0 => SERIES_INTERVAL_NS,
+                ns => ns,
+            };
+            let sampler = CounterSampler::start(&dev, &w.series_counters, counter_interval_ns)?;
             let (total, counts) =
                 crate::replay::replay_with_series(dev.clone(), r.clone(), interval).await?;
             let counter_series = sampler.map(CounterSampler::finish);
             let layers = snapshot_stack(dev.as_ref());
-            return Ok(Outcome {
+            return Ok(vec![Outcome {
                 jobs: vec![total.clone()],
                 total,
                 layers,
                 replay_counts: Some(counts),
                 preconditioned,
                 counter_series,
-            });
+            }]);
         }
-        // Sampling starts with the measured window: without a ramp at the instant the jobs
-        // start, taking its first sample before they issue anything; with one when it ends.
-        let ramp_ns = cfg.workload.ramp_ms.map(|ms| ms * 1_000_000);
-        let sampler = match ramp_ns {
-            None => CounterSampler::start(&dev, series_counters, counter_interval_ns)?,
-            Some(_) => None,
-        };
-        let ramp_start_ns = flashrig_runtime::now_ns();
-        let reactors = flashrig_runtime::num_reactors();
-        let mut handles = Vec::new();
-        for job in 0..cfg.workload.jobs as u64 {
-            let dev = dev.clone();
-            let w = cfg.workload.clone();
-            let seed = cfg.seed;
-            let progress = progress.clone();
-            handles.push(spawn_on(job as usize % reactors, move || {
-                run_job(dev, w, job, seed, progress)
-            }));
-        }
-        let sampler = match ramp_ns {
-            None => sampler,
-            Some(ns) => {
-                // The ramp's end is the measured window's start: the layers' counters are
-                // taken there (what the result subtracts), and their latencies restart.
-                flashrig_runtime::sleep_until_ns(ramp_start_ns + ns).await;
+        let mut outcomes = Vec::new();
+        for (index, (_, w)) in loads.iter().enumerate() {
+            if index > 0 {
+                // A later phase's window starts where the phase before it ended: its counters
+                // are subtracted from there and its latencies restart.
                 preconditioned = Some(snapshot_stack(dev.as_ref()));
                 flashrig_blockdev::reset_stack_latencies(dev.as_ref());
-                CounterSampler::start(&dev, series_counters, counter_interval_ns)?
             }
-        };
-        let mut jobs = Vec::new();
-        for h in handles {
-            jobs.push(h.await);
+            let seed = phase_seed(cfg.seed, index);
+            let outcome = measure(&dev, w, seed, preconditioned.take(), progress.clone()).await?;
+            outcomes.push(outcome);
         }
-        // The jobs are done: the sampler stops here, so the final flush below is not sampled
-        // and its last wake-up can neither extend the run nor count as I/O (the run's end is
-        // the jobs' last completion or the flush, never the sampler's clock).
-        let counter_series = sampler.map(CounterSampler::finish);
-        let mut total = JobOutcome {
-            start_ns: u64::MAX,
-            series_interval_ns: cfg.workload.series_interval_ns(),
-            ..Default::default()
-        };
-        for j in &jobs {
-            total.merge(j);
-        }
-        if cfg.workload.final_flush {
-            let t0 = flashrig_runtime::now_ns();
-            if let Err(e) = dev.flush().await {
-                return Err(Error::Run(format!("final flush: {e}")));
-            }
-            total.end_ns = total.end_ns.max(flashrig_runtime::now_ns()).max(t0);
-        }
-        let layers = snapshot_stack(dev.as_ref());
-        Ok(Outcome { jobs, total, layers, replay_counts: None, preconditioned, counter_series })
+        Ok(outcomes)
     });
-    let Outcome { jobs, total, layers, replay_counts, preconditioned, counter_series } = outcome?;
-    if total.stalled {
-        let clock = if cfg.runtime == RuntimeKind::Sim { "simulated" } else { "measured" };
-        return Err(Error::Input(match cfg.workload.ramp_ms {
-            Some(ramp) => format!(
-                "workload.ramp_ms = {ramp}: the stack completes every request in zero {clock} \
-                 time, so the ramp never ends; leave the ramp out, or give device latencies"
-            ),
-            None => format!(
-                "workload.runtime_ms = {}: the stack completes every request in zero {clock} \
-                 time, so the time limit is never reached; give workload.size, or device \
-                 latencies",
-                cfg.workload.runtime_ms.unwrap_or(0)
-            ),
-        }));
-    }
-    let summary = total.summary();
-    let job_summaries: Vec<_> = jobs.iter().map(|j| j.summary()).collect();
-    let reactors: Vec<_> = stats
-        .reactors
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            json!({
-                "reactor": i,
-                "busy_ns": r.busy_ns,
-                "utilisation": r.utilisation(stats.elapsed_ns),
-                "polls": r.polls,
-                "messages": r.messages,
+    let outcomes = outcomes?;
+    let loads = cfg.loads();
+    let phases = cfg.phase.len();
+    let mut outputs = Vec::new();
+    for (index, (outcome, (name, w))) in outcomes.into_iter().zip(&loads).enumerate() {
+        let Outcome { jobs, total, layers, replay_counts, preconditioned, counter_series } =
+            outcome;
+        if total.stalled {
+            let clock = if cfg.runtime == RuntimeKind::Sim { "simulated" } else { "measured" };
+            let at = match name {
+                None => "workload".to_string(),
+                Some(_) => format!("phase[{index}].workload"),
+            };
+            return Err(Error::Input(match w.ramp_ms {
+                Some(ramp) => format!(
+                    "{at}.ramp_ms = {ramp}: the stack completes every request in zero {clock} \
+                     time, so the ramp never ends; leave the ramp out, or give device latencies"
+                ),
+                None => format!(
+                    "{at}.runtime_ms = {}: the stack completes every request in zero {clock} \
+                     time, so the time limit is never reached; give {at}.size, or device \
+                     latencies",
+                    w.runtime_ms.unwrap_or(0)
+                ),
+            }));
+        }
+        let summary = total.summary();
+        let job_summaries: Vec<_> = jobs.iter().map(|j| j.summary()).collect();
+        // The reactors' figures are the whole run's: the runtime reports them once, at its end.
+        let reactors: Vec<_> = stats
+            .reactors
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                json!({
+                    "reactor": i,
+                    "busy_ns": r.busy_ns,
+                    "utilisation": r.utilisation(stats.elapsed_ns),
+                    "polls": r.polls,
+                    "messages": r.messages,
+                })
             })
-        })
-        .collect();
-    let mut workload = json!({
-        "total": summary,
-        "jobs": job_summaries,
-        "reactors": reactors,
-        "runtime_elapsed_ns": stats.elapsed_ns,
-    });
-    if cfg.runtime == RuntimeKind::Sim {
-        workload["sim_events"] = json!(stats.events);
+            .collect();
+        let mut workload = json!({
+            "total": summary,
+            "jobs": job_summaries,
+            "reactors": reactors,
+            "runtime_elapsed_ns": stats.elapsed_ns,
+        });
+        if cfg.runtime == RuntimeKind::Sim {
+            workload["sim_events"] = json!(stats.events);
+        }
+        if let Some(c) = &replay_counts {
+            workload["replay"] = json!(c);
+        }
+        if let Some(p) = &preconditioned {
+            workload["precondition_layers"] = serde_json::to_value(p).expect("snapshot serialises");
+        }
+        if let Some(c) = &counter_series {
+            workload["counter_series"] = serde_json::to_value(c).expect("series serialises");
+        }
+        if let Some(n) = name {
+            workload["phase"] = json!({ "name": n, "index": index, "phases": phases });
+        }
+        let result = RunResult {
+            format: RESULT_FORMAT.to_string(),
+            version: RESULT_VERSION,
+            flashrig_version: env!("CARGO_PKG_VERSION").to_string(),
+            runtime: match cfg.runtime {
+                RuntimeKind::Sim => "sim".into(),
+                RuntimeKind::Real => "real".into(),
+            },
+            seed: cfg.seed,
+            config: serde_json::to_value(cfg.for_phase(index)).expect("config serialises"),
+            workload,
+            layers,
+        };
+        outputs.push(RunOutput {
+            result,
+            summary,
+            stats: stats.clone(),
+            phase: name.map(str::to_string),
+        });
     }
-    if let Some(c) = &replay_counts {
-        workload["replay"] = json!(c);
-    }
-    if let Some(p) = &preconditioned {
-        workload["precondition_layers"] = serde_json::to_value(p).expect("snapshot serialises");
-    }
-    if let Some(c) = &counter_series {
-        workload["counter_series"] = serde_json::to_value(c).expect("series serialises");
-    }
-    let result = RunResult {
-        format: RESULT_FORMAT.to_string(),
-        version: RESULT_VERSION,
-        flashrig_version: env!("CARGO_PKG_VERSION").to_string(),
-        runtime: match cfg.runtime {
-            RuntimeKind::Sim => "sim".into(),
-            RuntimeKind::Real => "real".into(),
-        },
-        seed: cfg.seed,
-        config: serde_json::to_value(cfg).expect("config serialises"),
-        workload,
-        layers,
+    Ok(outputs)
+}
+
+/// Runs one load's jobs on `dev` and collects them. `preconditioned` is the layers' snapshot
+/// at the window's start when the load has no ramp (the ramp's end replaces it otherwise).
+async fn measure(
+    dev: &flashrig_blockdev::DevRef,
+    w: &WorkloadConfig,
+    seed: u64,
+    mut preconditioned: Option<flashrig_metrics::LayerSnapshot>,
+    progress: Arc<Progress>,
+) -> Result<Outcome, Error> {
+    let series_counters = &w.series_counters;
+    let counter_interval_ns = match w.series_interval_ns() {
+        0 => SERIES_INTERVAL_NS,
+        ns => ns,
     };
-    Ok(RunOutput { result, summary, stats })
+    // Sampling starts with the measured window: without a ramp at the instant the jobs
+    // start, taking its first sample before they issue anything; with one when it ends.
+    let ramp_ns = w.ramp_ms.map(|ms| ms * 1_000_000);
+    let sampler = match ramp_ns {
+        None => CounterSampler::start(dev, series_counters, counter_interval_ns)?,
+        Some(_) => None,
+    };
+    let ramp_start_ns = flashrig_runtime::now_ns();
+    let reactors = flashrig_runtime::num_reactors();
+    let mut handles = Vec::new();
+    for job in 0..w.jobs as u64 {
+        let dev = dev.clone();
+        let w = w.clone();
+        let progress = progress.clone();
+        handles
+            .push(spawn_on(job as usize % reactors, move || run_job(dev, w, job, seed, progress)));
+    }
+    let sampler = match ramp_ns {
+        None => sampler,
+        Some(ns) => {
+            // The ramp's end is the measured window's start: the layers' counters are
+            // taken there (what the result subtracts), and their latencies restart.
+            flashrig_runtime::sleep_until_ns(ramp_start_ns + ns).await;
+            preconditioned = Some(snapshot_stack(dev.as_ref()));
+            flashrig_blockdev::reset_stack_latencies(dev.as_ref());
+            CounterSampler::start(dev, series_counters, counter_interval_ns)?
+        }
+    };
+    let mut jobs = Vec::new();
+    for h in handles {
+        jobs.push(h.await);
+    }
+    // The jobs are done: the sampler stops here, so the final flush below is not sampled
+    // and its last wake-up can neither extend the run nor count as I/O (the run's end is
+    // the jobs' last completion or the flush, never the sampler's clock).
+    let counter_series = sampler.map(CounterSampler::finish);
+    let mut total = JobOutcome {
+        start_ns: u64::MAX,
+        series_interval_ns: w.series_interval_ns(),
+        ..Default::default()
+    };
+    for j in &jobs {
+        total.merge(j);
+    }
+    if w.final_flush {
+        let t0 = flashrig_runtime::now_ns();
+        if let Err(e) = dev.flush().await {
+            return Err(Error::Run(format!("final flush: {e}")));
+        }
+        total.end_ns = total.end_ns.max(flashrig_runtime::now_ns()).max(t0);
+    }
+    let layers = snapshot_stack(dev.as_ref());
+    Ok(Outcome { jobs, total, layers, replay_counts: None, preconditioned, counter_series })
 }
 
 /// Checks the workload's sizes against the stack it runs on: request sizes and offset are whole
 /// blocks, and the addressed range lies on the device and holds the largest request.
-fn check_workload_fits(w: &WorkloadConfig, block_bytes: u64, capacity: u64) -> Result<(), Error> {
+fn check_workload_fits(
+    w: &WorkloadConfig,
+    at: &str,
+    block_bytes: u64,
+    capacity: u64,
+) -> Result<(), Error> {
     for s in w.request_sizes() {
         if !s.bytes().is_multiple_of(block_bytes) {
             let key = if w.bssplit.is_empty() { "bs" } else { "bssplit" };
             return Err(Error::Input(format!(
-                "workload.{key}: {s} is not a multiple of the stack's {block_bytes}-byte block"
+                "{at}.{key}: {s} is not a multiple of the stack's {block_bytes}-byte block"
             )));
         }
     }
     let offset = w.offset.map_or(0, |o| o.bytes());
     if !offset.is_multiple_of(block_bytes) || offset >= capacity {
         return Err(Error::Input(format!(
-            "workload.offset = {}: must be a multiple of the stack's {block_bytes}-byte block and \
+            "{at}.offset = {}: must be a multiple of the stack's {block_bytes}-byte block and \
              below its capacity ({})",
             format_size(offset),
             format_size(capacity)
@@ -320,7 +405,7 @@ fn check_workload_fits(w: &WorkloadConfig, block_bytes: u64, capacity: u64) -> R
     let range = w.range.map_or(capacity - offset, |r| r.bytes());
     if offset + range > capacity {
         return Err(Error::Input(format!(
-            "workload.offset + workload.range = {} is larger than the stack ({})",
+            "{at}.offset + {at}.range = {} is larger than the stack ({})",
             format_size(offset + range),
             format_size(capacity)
         )));
@@ -330,7 +415,7 @@ fn check_workload_fits(w: &WorkloadConfig, block_bytes: u64, capacity: u64) -> R
         let last_offset = inc.bytes().saturating_mul(last_job).saturating_add(offset);
         if !inc.bytes().is_multiple_of(block_bytes) {
             return Err(Error::Input(format!(
-                "workload.offset_increment = {inc}: not a multiple of the stack's \
+                "{at}.offset_increment = {inc}: not a multiple of the stack's \
                  {block_bytes}-byte block"
             )));
         }
@@ -338,7 +423,7 @@ fn check_workload_fits(w: &WorkloadConfig, block_bytes: u64, capacity: u64) -> R
         let last_range = w.range.map_or(capacity.saturating_sub(last_offset), |r| r.bytes());
         if last_offset.saturating_add(last_range) > capacity || last_range == 0 {
             return Err(Error::Input(format!(
-                "workload.offset_increment = {inc}: job {last_job} would address {} from {}, \
+                "{at}.offset_increment = {inc}: job {last_job} would address {} from {}, \
                  past the stack's {}",
                 format_size(last_range),
                 format_size(last_offset),
@@ -347,7 +432,7 @@ fn check_workload_fits(w: &WorkloadConfig, block_bytes: u64, capacity: u64) -> R
         }
         if w.max_request_bytes() > last_range {
             return Err(Error::Input(format!(
-                "workload request size {} is larger than job {last_job}'s range ({})",
+                "{at}: request size {} is larger than job {last_job}'s range ({})",
                 format_size(w.max_request_bytes()),
                 format_size(last_range)
             )));
@@ -355,7 +440,7 @@ fn check_workload_fits(w: &WorkloadConfig, block_bytes: u64, capacity: u64) -> R
     }
     if w.max_request_bytes() > range {
         return Err(Error::Input(format!(
-            "workload request size {} is larger than the range it addresses ({})",
+            "{at}: request size {} is larger than the range it addresses ({})",
             format_size(w.max_request_bytes()),
             format_size(range)
         )));

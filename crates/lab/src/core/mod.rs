@@ -74,7 +74,8 @@ pub fn dump_plan<K: Ord>(
     dir: &std::path::Path,
     only: &[String],
 ) -> Result<Vec<String>, Error> {
-    let labels: Vec<&str> = plan.jobs.iter().map(|j| j.label.as_str()).collect();
+    let runs = plan.run_configs();
+    let labels: Vec<&str> = runs.iter().map(|(l, _)| l.as_str()).collect();
     if let Some(bad) = only.iter().find(|l| !labels.contains(&l.as_str())) {
         return Err(Error::Input(format!(
             "--only: no planned run is labelled {bad:?}; the {} runs are: {}",
@@ -85,12 +86,12 @@ pub fn dump_plan<K: Ord>(
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::Io(format!("cannot create {}: {e}", dir.display())))?;
     let mut written = Vec::new();
-    for job in &plan.jobs {
-        if only.is_empty() || only.contains(&job.label) {
-            let path = dir.join(format!("{}.toml", job.label));
-            std::fs::write(&path, &job.text)
+    for (label, text) in &runs {
+        if only.is_empty() || only.contains(label) {
+            let path = dir.join(format!("{label}.toml"));
+            std::fs::write(&path, text)
                 .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))?;
-            written.push(job.label.clone());
+            written.push(label.clone());
         }
     }
     Ok(written)
@@ -111,9 +112,14 @@ pub fn reproduce<P: Paper>(paper: &P, s: &Settings) -> Result<Vec<String>, Error
     let plan = paper.plan()?;
     let workers = schedule::workers(s.workers);
     if !s.quiet {
-        eprintln!("reproduce: {} runs on {workers} worker thread(s)", plan.jobs.len());
+        eprintln!(
+            "reproduce: {} runs ({} measured loads) on {workers} worker thread(s)",
+            plan.runs(),
+            plan.jobs.len()
+        );
     }
-    let done = schedule::run_jobs(&plan.jobs, &s.outputs.results, workers, s.quiet);
+    let done =
+        schedule::run_jobs(&plan.jobs, &plan.sequences, &s.outputs.results, workers, s.quiet);
     let info = RunInfo { wall_s: started.elapsed().as_secs_f64(), workers };
     let r = Results { plan: &plan, done: &done, mode: s.mode };
     let doc = document::render(paper, &r, &s.outputs, &info)?;

@@ -320,23 +320,21 @@ fn workload(load: Load, s: Scale) -> String {
 }
 
 /// A run's configuration as TOML. `partition` is each job's share of the stack, filled in
-/// once the stack's capacity is known.
+/// once the stack's capacity is known. Every load of one stack shares the stack and the
+/// warm-up (`[precondition]`); only `[workload]` differs, so the loads run as phases of one
+/// run ([`plan`]).
 pub(super) fn config_text(key: &Key, s: Scale, partition_bytes: u64) -> Result<String, Error> {
+    let workload = workload(key.load, s).replace("{partition}", &format!("{partition_bytes}B"));
+    run_text(key, s, &workload)
+}
+
+/// A configuration of `key`'s stack and warm-up with `workload` (a `[workload]` table).
+fn run_text(key: &Key, s: Scale, workload: &str) -> Result<String, Error> {
     let precondition = if s.warm_up {
-        let random_ms = warmup_ms(s);
-        // Sequential writes run after one more sequential pass over the whole stack: the
-        // random overwrite leaves every zone and line about 90% valid, and the first pass of
-        // sequential writes over that pays for collecting them, which the paper's runs, long
-        // after their start, do not show (§6.2: sequential writes are "bounded by the
-        // bandwidth" of the capacity devices). This is SNIA's workload-dependent
-        // preconditioning for a sequential test (docs/reproduce-csal.md, Method).
-        let seq_pass = match key.load {
-            Load::Write { seq: true, .. } => partition_bytes * JOBS as u64,
-            _ => 0,
-        };
         format!(
-            "[precondition]\nfill = true\nfill_bs = \"128KiB\"\nrandom_overwrite_ms = {random_ms}\n\
-             write = \"{seq_pass}B\"\niodepth = {IODEPTH}\n"
+            "[precondition]\nfill = true\nfill_bs = \"128KiB\"\nrandom_overwrite_ms = {}\n\
+             iodepth = {IODEPTH}\n",
+            warmup_ms(s)
         )
     } else {
         String::new()
@@ -346,9 +344,42 @@ pub(super) fn config_text(key: &Key, s: Scale, partition_bytes: u64) -> Result<S
          {precondition}",
         label = key.label(),
         device = device(key, s)?,
-        workload = workload(key.load, s).replace("{partition}", &format!("{partition_bytes}B")),
     ))
 }
+
+/// The unmeasured phase before the sequential writes: one more sequential pass over the whole
+/// stack, each job over its partition in 128 KiB writes. The random phases before it leave
+/// every zone and line about 90% valid, and the first pass of sequential writes over that
+/// pays for collecting them, which the paper's sequential runs, minutes long, do not show
+/// (§6.2: sequential writes are "bounded by the bandwidth" of the capacity devices). This is
+/// SNIA's workload-dependent preconditioning for a sequential test (docs/reproduce-csal.md,
+/// Method).
+fn sequential_pass(partition_bytes: u64) -> String {
+    format!(
+        "[workload]\nrw = \"write\"\nbs = \"128KiB\"\niodepth = {IODEPTH}\njobs = {JOBS}\n\
+         stamp = false\noffset_increment = \"{partition_bytes}B\"\nrange = \"{partition_bytes}B\"\n"
+    )
+}
+
+/// Where a load runs in its stack's sequence of phases: the paper's order (§6.2: "we first
+/// evaluate writes and reads (including uniform and skewed workloads for both of them), and
+/// then we evaluate mixed reads and writes"): random writes, uniform then skewed; the
+/// sequential pass and the sequential writes; reads, uniform, skewed, sequential; the mixed
+/// loads. Within a group, smaller requests and lighter skews first.
+fn phase_rank(load: Load) -> (u8, u32, u32) {
+    match load {
+        Load::Write { seq: false, bs_kib, zipf_x10 } => (u8::from(zipf_x10 > 0), zipf_x10, bs_kib),
+        Load::Write { seq: true, bs_kib, .. } => (3, 0, bs_kib),
+        Load::Read { seq: false, bs_kib, zipf_x10 } => {
+            (4 + u8::from(zipf_x10 > 0), zipf_x10, bs_kib)
+        }
+        Load::Read { seq: true, bs_kib, .. } => (6, 0, bs_kib),
+        Load::Mixed { write_kib } => (7, 0, write_kib),
+    }
+}
+
+/// The rank of the sequential pass: before the first sequential write.
+const SEQUENTIAL_PASS_RANK: (u8, u32, u32) = (2, 0, 0);
 
 /// How long 4 KiB random overwrites run after the sequential fill: the paper's warm-up, "twice
 /// whole-disk sequential writes followed by four hours of 4KB random writes" (§6.2), with the
@@ -445,12 +476,21 @@ fn capacity_bytes(key: &Key, s: Scale) -> Result<u64, Error> {
     res
 }
 
-/// The plan: one run per key (keys with identical configurations share a run).
+/// The sequence (one phased run) a key's load runs in: its stack, e.g. `CSAL-ZNS-gciso`.
+fn sequence_label(key: &Key) -> String {
+    format!("{}{}", key.system.name(), key.variant.suffix())
+}
+
+/// The plan: one phased run per stack (system and variant), after one warm-up, its loads in
+/// [`phase_rank`] order (§6.2 warms the devices up once and then runs the loads in turn).
 pub(super) fn plan(mode: Mode) -> Result<Plan<Key>, Error> {
     let s = scale(mode);
     let mut plan = Plan::default();
     let mut capacities = std::collections::BTreeMap::new();
-    for key in keys(mode) {
+    let mut keys = keys(mode);
+    keys.sort_by_key(|k| (k.system, k.variant, phase_rank(k.load)));
+    let parse = |text: &str| Config::from_toml(text, Path::new("<flashrig reproduce csal>"));
+    for key in keys {
         let probe = Key { load: Load::rand_write(4, 0), ..key };
         let capacity = match capacities.get(&probe) {
             Some(&c) => c,
@@ -462,13 +502,20 @@ pub(super) fn plan(mode: Mode) -> Result<Plan<Key>, Error> {
         };
         // Each job's partition: an eighth, in whole 128 KiB requests.
         let partition = capacity / JOBS as u64 / (128 << 10) * (128 << 10);
-        let text = config_text(&key, s, partition)?;
-        let config = Config::from_toml(&text, Path::new("<flashrig reproduce csal>"))?;
+        let sequence = sequence_label(&key);
+        if s.warm_up && phase_rank(key.load) > SEQUENTIAL_PASS_RANK {
+            let label = format!("{sequence}-seqpass");
+            if !plan.jobs.iter().any(|j| j.label == label) {
+                let config = parse(&run_text(&key, s, &sequential_pass(partition))?)?;
+                plan.add_phase(&sequence, None, label, config, 1.0);
+            }
+        }
+        let config = parse(&config_text(&key, s, partition)?)?;
         let weight = match key.load {
             Load::Write { bs_kib, .. } | Load::Mixed { write_kib: bs_kib } => 128.0 / bs_kib as f64,
             Load::Read { .. } => 1.0,
         };
-        plan.add(key, key.label(), config, weight);
+        plan.add_phase(&sequence, Some(key), key.label(), config, weight);
     }
     Ok(plan)
 }

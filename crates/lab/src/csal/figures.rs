@@ -107,14 +107,20 @@ fn setup(out: &mut String, mode: Mode) {
          | dm-zoned | `dmzoned`: random zones on the P5800X, sequential zones on the ZN540s | §3.3 |\n\
          | CSAL-BLK | `csal` over the P5800X and the P5316 made zoned (`zoned`, SPDK's zoned bdev) | §6.1 |\n\
          | CSAL-ZNS | `csal` over the P5800X and the ZN540s | §6.1 |\n\n\
-         Each run: 8 jobs, each on its own eighth of the device (fio's `offset_increment`), \
-         QD128, for {ms} ms of virtual time ({rms} ms for random writes and the mixed loads, whose \
-         compaction and GC cycle lasts seconds) after a {ramp} ms ramp, following a warm-up: one \
-         sequential fill in 128 KiB writes, then 4 KiB random writes for {warm} ms of virtual \
-         time (the paper: two fills and four hours; four hours divided by {div} is {warm} ms, \
-         and moves the same share of every device, whose bandwidth is kept). Sequential-write \
-         runs get one more sequential pass. docs/csal.md (Reproduction) says why. docs/csal.md and \
-         docs/baselines.md describe the engines and what was chosen where the paper is \
+         Each stack is warmed up once and then runs its loads in turn, as phases of one run \
+         (§6.2: the SSDs are warmed up \"before the tests\", and \"we first evaluate writes and \
+         reads (including uniform and skewed workloads for both of them), and then we evaluate \
+         mixed reads and writes\"): random writes, uniform then skewed; one more sequential \
+         pass over the stack, unmeasured, then the sequential writes; reads, uniform, skewed \
+         and sequential; the mixed loads. A later load finds the state the loads before it \
+         left. The warm-up: one sequential fill in 128 KiB writes, then 4 KiB random writes for \
+         {warm} ms of virtual time (the paper: two fills and four hours; four hours divided by \
+         {div} is {warm} ms, and moves the same share of every device, whose bandwidth is \
+         kept). Each load: 8 jobs, each on its own eighth of the device (fio's \
+         `offset_increment`), QD128, for {ms} ms of virtual time ({rms} ms for random writes \
+         and the mixed loads, whose compaction and GC cycle lasts seconds) after a {ramp} ms \
+         ramp in which the cache turns over to the load. docs/csal.md (Reproduction) says why; \
+         docs/csal.md and docs/baselines.md describe the engines and what was chosen where the paper is \
          silent.\n",
         div = s.divisor,
         chunk = experiments::chunk_bytes(s) >> 10,

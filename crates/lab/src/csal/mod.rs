@@ -110,7 +110,7 @@ pub(super) enum Variant {
 }
 
 impl Variant {
-    fn suffix(self) -> &'static str {
+    pub(super) fn suffix(self) -> &'static str {
         match self {
             Variant::Default => "",
             Variant::NoIsolation => "-noiso",
