@@ -35,6 +35,7 @@ fn a_short_swarm_runs_and_prints_its_counters() {
         "scala:4+2:offload",
         "csal:naive",
         "csal:zns",
+        "csal:zns-plp",
     ] {
         assert!(listed.contains(name), "{name} not listed: {listed}");
     }

@@ -74,13 +74,21 @@ pub enum Engine {
         m: usize,
         offload: bool,
     },
-    /// `csal` over a fast RAM member and a zoned member: a [`Zoned`] layer over a second RAM
-    /// member, or (`zns`) an emulated ZNS SSD.
+    /// `csal` over a fast RAM member and a zoned member (see [`CsalZoned`]).
     Csal {
         recovery: RecoveryMode,
         tenants: u16,
-        zns: bool,
+        zoned: CsalZoned,
     },
+}
+
+/// `csal`'s zoned member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CsalZoned {
+    /// A [`Zoned`] layer over a second RAM member.
+    Ram,
+    /// An emulated ZNS SSD (`tiny-zns`), with power-loss protection if `plp`.
+    Zns { plp: bool },
 }
 
 /// The firmware variants of the SSD-alone stacks.
@@ -164,6 +172,7 @@ impl StackSpec {
         Promise {
             failures_tolerated: tolerated,
             parity_crash_safe: parity_safe,
+            // Not `csal:zns-plp`: its fast member is a RAM cache that loses unflushed writes.
             acked_is_durable: self.engine == Engine::Ssd(SsdVariant::Plp),
             recovery_writes: recovery,
             resyncs_after_crash: matches!(self.engine, Engine::Raid { .. }),
@@ -242,9 +251,12 @@ impl StackSpec {
         matches!(self.engine, Engine::Ssd(_) | Engine::Scala { offload: true, .. })
     }
 
-    /// Whether member `slot` is an emulated SSD (`csal:zns` mixes a RAM member and an SSD).
+    /// Whether member `slot` is an emulated SSD (`csal:zns` and `csal:zns-plp` mix a RAM member
+    /// and an SSD).
     pub fn ssd_slot(&self, slot: usize) -> bool {
-        self.on_ssds() || (matches!(self.engine, Engine::Csal { zns: true, .. }) && slot == 1)
+        self.on_ssds()
+            || (matches!(self.engine, Engine::Csal { zoned: CsalZoned::Zns { .. }, .. })
+                && slot == 1)
     }
 
     /// Whether any member is an emulated SSD (one crash state per cut, not a tear each).
@@ -312,12 +324,17 @@ pub fn catalogue() -> Vec<StackSpec> {
         ("p2l", RecoveryMode::P2l),
         ("naive", RecoveryMode::Naive),
     ] {
-        add(&format!("csal:{name}"), Csal { recovery, tenants: 1, zns: false });
+        add(&format!("csal:{name}"), Csal { recovery, tenants: 1, zoned: CsalZoned::Ram });
     }
-    add("csal:tenants-3", Csal { recovery: RecoveryMode::Checkpoint, tenants: 3, zns: false });
+    let checkpoint = RecoveryMode::Checkpoint;
+    add("csal:tenants-3", Csal { recovery: checkpoint, tenants: 3, zoned: CsalZoned::Ram });
     // The fast RAM member beside an emulated ZNS SSD (`tiny-zns`, 64 metadata bytes per block):
     // a cut tears the RAM member's unflushed blocks and the SSD loses its volatile state.
-    add("csal:zns", Csal { recovery: RecoveryMode::Checkpoint, tenants: 1, zns: true });
+    let zns = |plp| Csal { recovery: checkpoint, tenants: 1, zoned: CsalZoned::Zns { plp } };
+    add("csal:zns", zns(false));
+    // The same SSD with power-loss protection: a write that fills a page completes when the
+    // page's program starts, a flush returns at once, and a cut keeps every zone's staging.
+    add("csal:zns-plp", zns(true));
     v
 }
 
@@ -366,10 +383,11 @@ fn ssd_config(spec: &StackSpec, image: Option<&std::path::Path>) -> SsdConfig {
                 SsdVariant::Plain | SsdVariant::Slc => {}
             }
         }
-        Engine::Csal { zns: true, .. } => {
+        Engine::Csal { zoned: CsalZoned::Zns { plp }, .. } => {
             // `tiny-zns` with csal's 64 metadata bytes per block (its OOB holds them).
             cfg = SsdConfig::preset("tiny-zns").expect("preset");
             cfg.firmware.md_bytes = CSAL_MD_BYTES;
+            cfg.firmware.plp = plp;
         }
         _ => unreachable!("only SSD stacks have SSD members"),
     }
@@ -773,16 +791,18 @@ pub async fn start(
             };
             Instance::Scala(Arc::new(s))
         }
-        Engine::Csal { recovery, tenants, zns } => {
+        Engine::Csal { recovery, tenants, zoned } => {
             let fast = members[0].clone();
             // Over RAM the zoned layer is built here, at every power-on, over the fused member:
             // it persists its write pointers at flushes and reads them back on open.
-            let zoned: DevRef = if zns {
-                members[1].clone()
-            } else if fresh {
-                Arc::new(Zoned::create("zoned", members[1].clone(), csal_zoned_options()).await?)
-            } else {
-                Arc::new(Zoned::open("zoned", members[1].clone(), csal_zoned_options()).await?)
+            let zoned: DevRef = match zoned {
+                CsalZoned::Zns { .. } => members[1].clone(),
+                CsalZoned::Ram if fresh => Arc::new(
+                    Zoned::create("zoned", members[1].clone(), csal_zoned_options()).await?,
+                ),
+                CsalZoned::Ram => {
+                    Arc::new(Zoned::open("zoned", members[1].clone(), csal_zoned_options()).await?)
+                }
             };
             let o = csal_options(recovery, tenants);
             let c = if fresh {
