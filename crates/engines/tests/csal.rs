@@ -1,7 +1,8 @@
 //! Goal: the `csal` engine (CSAL, csal-eurosys24.txt §4–§5) returns what was written with
 //! compaction, GC and L2P paging all running, over several tenants; loses no flushed write
 //! (or trim) in a power cut at any moment — at a random time, in the middle of a compaction,
-//! in the middle of a GC pass, and during recovery itself — and each of the three recovery
+//! while a compaction runs beside a checkpoint, in the middle of a GC pass, and during
+//! recovery itself — and each of the three recovery
 //! modes (naive scan, P2L tables, checkpoint) rebuilds the same state from the same media;
 //! a clean shutdown is loaded without replay; the SID conflict rules of §4.4 hold; with user
 //! isolation every zone holds one tenant's blocks; the zoned member's open-zone limit is
@@ -282,6 +283,7 @@ fn reference_model_with_compaction_gc_and_paging() {
             "zone_resets",
             "zone_finishes",
             "checkpoints",
+            "compactions_beside_checkpoint",
         ] {
             assert!(c[k] > 0, "seed {seed}: {k} = 0 (FLASHRIG_SEED={seed}); counters {c:?}");
         }
@@ -441,6 +443,20 @@ fn crash_in_the_middle_of_compaction() {
             c["compactions"] > skip && c["compaction_blocks_read"] > c["compaction_blocks_written"]
         });
         assert!(c["compaction_blocks_read"] > c["compaction_blocks_written"]);
+    }
+}
+
+/// A compaction that is due when a checkpoint is runs beside it (`service::step`): cut right
+/// after such a round starts, with the checkpoint's copy taken and its flushes and page
+/// writes under way while the compaction moves blocks.
+#[test]
+fn crash_while_a_checkpoint_and_a_compaction_overlap() {
+    for seed in seeds(350, 3) {
+        let skip = seed % 4;
+        let (c, _) = run_crash_case("checkpoint beside compaction", seed, MD, move |c, _| {
+            c["compactions_beside_checkpoint"] > skip
+        });
+        assert!(c["compactions_beside_checkpoint"] > skip);
     }
 }
 

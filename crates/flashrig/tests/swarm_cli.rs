@@ -29,6 +29,7 @@ fn a_short_swarm_runs_and_prints_its_counters() {
     assert!(list.status.success());
     for name in [
         "ssd:plp",
+        "ssd:in-place",
         "raid:6+2:cache",
         "twophase:4+2",
         "scala:2+1:host",

@@ -233,6 +233,11 @@ pub enum FtlPolicy {
     /// WAFLASH §3.2's MV-FTL: a partial unit of more than half a page is programmed as a new
     /// version without reading the old one, and reads merge the versions.
     Mv,
+    /// Write in place (`firmware/inplace.rs`): every unit has a fixed slot, rewritten without
+    /// an erase, so there is no log and no garbage collection. For media that are not NAND,
+    /// such as 3D XPoint (the `p5800x` preset).
+    #[serde(rename = "in_place")]
+    InPlace,
 }
 
 impl FtlPolicy {
@@ -728,6 +733,23 @@ impl SsdConfig {
             ] {
                 if bad {
                     return Err(format!("zoned: {msg} on a zoned namespace"));
+                }
+            }
+        }
+        if f.ftl_policy == FtlPolicy::InPlace {
+            // A unit's slot is rewritten alone, so a page must not hold several units (each
+            // write would have to read and rewrite its neighbours); an SLC cache and the image
+            // file's line records belong to the log-structured FTL.
+            for (bad, msg) in [
+                (
+                    f.iu_bytes < g.page_bytes,
+                    "firmware.iu_bytes must be at least geometry.page_bytes",
+                ),
+                (f.slc_cache_bytes > 0, "firmware.slc_cache_bytes must be 0"),
+                (self.backing.is_some(), "backing (a NAND image file) is not supported"),
+            ] {
+                if bad {
+                    return Err(format!("firmware.ftl_policy = \"in_place\": {msg}"));
                 }
             }
         }

@@ -10,7 +10,8 @@
 //! seed; `FLASHRIG_SEED=<n>` reruns that case. MV-FTL (`ftl_policy = "mv"`) runs here too, and
 //! its case asserts that recovery found version chains at the cuts (so partial versions,
 //! their OOB bitmaps and the chain rule of recovery were exercised, not just whole units),
-//! with compacted pages (§3.3) written in its configurations of several units per page.
+//! with compacted pages (§3.3) written in its configurations of several units per page. The
+//! write-in-place firmware (`ftl_policy = "in_place"`) is crashed the same way.
 
 use std::sync::Arc;
 
@@ -19,7 +20,8 @@ use flashrig_check::{
     run_check, run_ops, seeds, verify_after_crash, CheckConfig, Model, OpWeights,
 };
 use flashrig_runtime::{run, sleep_ns, spawn, RuntimeKind};
-use flashrig_ssd::config::SlcEviction;
+use flashrig_ssd::config::{FtlPolicy, SlcEviction};
+use flashrig_ssd::firmware::inplace::IN_PLACE_STEPS;
 use flashrig_ssd::firmware::recover::STEPS;
 use flashrig_ssd::{Ssd, SsdConfig};
 use parking_lot::Mutex;
@@ -66,7 +68,12 @@ fn crash_case(
             }
             let report = ssd.power_on();
             let names: Vec<&str> = report.steps.iter().map(|s| s.name).collect();
-            assert_eq!(names, STEPS, "recovery steps");
+            let steps: &[&str] = if cfg.firmware.ftl_policy == FtlPolicy::InPlace {
+                &IN_PLACE_STEPS
+            } else {
+                &STEPS
+            };
+            assert_eq!(names, steps, "recovery steps");
             chained_at_cuts += ssd.with_controller(|c| c.ftl.counters().mv_chained_units);
             if expect_nothing_lost {
                 // Every acknowledged command must survive, as if a flush had completed at the
@@ -139,6 +146,26 @@ fn crashes_with_slc_cache_and_coarse_units() {
         sectors.firmware.block_bytes = 512;
         sectors.geometry.oob_bytes_per_page = 256;
         crash_case(sectors, seed, 2, false, GC_WINDOW).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// The write-in-place firmware (`ftl_policy = "in_place"`) has nothing volatile of its own:
+/// crashes with the controller's buffer in play, whole units and 512-byte sectors (whose
+/// writes read-modify-write their unit in place), lose no flushed write.
+#[test]
+fn crashes_with_the_in_place_firmware() {
+    for seed in seeds(400, 3) {
+        for block_bytes in [4096u32, 512] {
+            let mut cfg = tiny();
+            cfg.firmware.ftl_policy = FtlPolicy::InPlace;
+            cfg.firmware.block_bytes = block_bytes;
+            cfg.geometry.oob_bytes_per_page = 256;
+            let what = format!("in_place, {block_bytes}-byte blocks, seed {seed}");
+            let c = crash_case(cfg, seed, 3, false, GC_WINDOW)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!((c["gc_lines"], c["block_erases"]), (0, 0), "{what}");
+            assert!(c["ftl_host_units"] > 0, "{what}: nothing reached the medium");
+        }
     }
 }
 

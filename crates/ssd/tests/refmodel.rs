@@ -13,7 +13,9 @@
 //! "mv"`, whose case asserts that new versions, reads of older versions and merges by GC and
 //! in idle time all happened), with compaction of small partial units (§3.3) in mapping units
 //! smaller than a page, whose case asserts that compacted pages were written, and PC-LRU's
-//! batch destaging, which hands the compaction a region's small partial pages together.
+//! batch destaging, which hands the compaction a region's small partial pages together. The
+//! write-in-place firmware (`ftl_policy = "in_place"`) runs here too, and its case asserts
+//! that it never collected or erased.
 //! Failures print the seed; `FLASHRIG_SEED=<n>` reruns that case.
 
 use std::sync::Arc;
@@ -115,6 +117,29 @@ fn four_units_per_page_and_512_byte_sectors() {
         let c = check(RuntimeKind::Sim, 1, cfg, 40_000, seed);
         assert_gc_ran(&c, "512-byte sectors");
         assert!(c["rmw_reads"] > 0, "sector writes should need read-modify-writes");
+    }
+}
+
+/// The write-in-place firmware (`ftl_policy = "in_place"`, the P5800X's): whole units and
+/// 512-byte sectors read back exactly, with no GC and no erase, and sector writes complete
+/// their unit by a read-modify-write in place.
+#[test]
+fn in_place_firmware_without_gc() {
+    for seed in seeds(25, 2) {
+        for block_bytes in [4096u32, 512] {
+            let mut cfg = preset("tiny");
+            cfg.firmware.ftl_policy = flashrig_ssd::config::FtlPolicy::InPlace;
+            cfg.firmware.block_bytes = block_bytes;
+            cfg.geometry.oob_bytes_per_page = 256;
+            let c = check(RuntimeKind::Sim, 1, cfg, 12_000, seed);
+            let what = format!("in_place, {block_bytes}-byte blocks, seed {seed}");
+            assert_eq!((c["gc_lines"], c["gc_copies"], c["block_erases"]), (0, 0, 0), "{what}");
+            assert_eq!(c["oob_mismatches"], 0, "{what}");
+            assert!(c["ftl_host_units"] > 0, "{what}: nothing reached the medium");
+            if block_bytes == 512 {
+                assert!(c["rmw_reads"] > 0, "{what}: sector writes should read-modify-write");
+            }
+        }
     }
 }
 

@@ -112,6 +112,9 @@ pub enum SsdVariant {
     Plp,
     /// Backed by an image file: a power cut is the process dying, and start-up reads the image.
     Image,
+    /// The write-in-place firmware (`ftl_policy = "in_place"`, the P5800X's) at 512-byte
+    /// sectors, so sector writes read-modify-write their unit in its own slot.
+    InPlace,
 }
 
 /// A stack of the catalogue: its name (what `--stack` matches) and its engine.
@@ -298,6 +301,7 @@ pub fn catalogue() -> Vec<StackSpec> {
     );
     add("ssd:plp", Ssd(SsdVariant::Plp));
     add("ssd:image", Ssd(SsdVariant::Image));
+    add("ssd:in-place", Ssd(SsdVariant::InPlace));
     add("stripe:3", Stripe { members: 3 });
     add("concat:3", Concat { members: 3 });
     for (k, m) in [(4, 1), (6, 2)] {
@@ -369,6 +373,11 @@ fn ssd_config(spec: &StackSpec, image: Option<&std::path::Path>) -> SsdConfig {
                     cfg.firmware.host_mb_per_s = 3000.0;
                 }
                 SsdVariant::Image => cfg.backing = image.map(|p| p.to_path_buf()),
+                SsdVariant::InPlace => {
+                    cfg.firmware.ftl_policy = FtlPolicy::InPlace;
+                    cfg.firmware.block_bytes = 512;
+                    cfg.geometry.oob_bytes_per_page = 256;
+                }
                 SsdVariant::Unaligned(policy, ftl, idle_merge) => {
                     cfg.firmware.block_bytes = 512;
                     cfg.geometry.page_bytes = 8192;

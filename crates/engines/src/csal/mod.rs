@@ -117,6 +117,8 @@ pub(crate) struct Counters {
     pub trims: Arc<Counter>,
     pub flushes: Arc<Counter>,
     pub compactions: Arc<Counter>,
+    /// Compactions that ran beside a checkpoint (`service::step`).
+    pub compactions_beside_checkpoint: Arc<Counter>,
     pub compaction_blocks_read: Arc<Counter>,
     pub compaction_blocks_written: Arc<Counter>,
     pub gc_runs: Arc<Counter>,
@@ -146,6 +148,7 @@ impl Counters {
             trims: r.counter("trims"),
             flushes: r.counter("flushes"),
             compactions: r.counter("compactions"),
+            compactions_beside_checkpoint: r.counter("compactions_beside_checkpoint"),
             compaction_blocks_read: r.counter("compaction_blocks_read"),
             compaction_blocks_written: r.counter("compaction_blocks_written"),
             gc_runs: r.counter("gc_runs"),

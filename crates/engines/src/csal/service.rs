@@ -10,7 +10,9 @@
 //! 3. **checkpoint**, when released chunks or zones wait for one to become free and free
 //!    space is short (a released container is reusable only after the next checkpoint):
 //!    at once for zones, for chunks once a batch of them is released (a quarter of the free
-//!    chunks compaction keeps) or when no free chunk is left.
+//!    chunks compaction keeps) or when no free chunk is left. A compaction that is due runs
+//!    beside the checkpoint (unless GC is due), so the compaction zone is written while the
+//!    checkpoint flushes.
 //!
 //! When a round finds nothing, the task ends; a chunk opening, a writer waiting for space or a
 //! chunk closing starts it again (`kick`). Client I/O is not routed through this reactor: a
@@ -124,7 +126,27 @@ impl Inner {
                     || free_chunks == 0
                     || self.pick_victim(false).is_none()));
         if checkpoint_now {
-            self.checkpoint(false).await?;
+            // A checkpoint flushes both members and writes the dirty L2P pages; with the cache
+            // full that came after every compaction, and the compaction zone sat idle through
+            // it (in the first full reproduce run, CSAL-ZNS's sequential writes went at the
+            // pace of compaction-then-checkpoint rounds, docs/csal.md). So the compaction that
+            // is due runs beside the checkpoint, as SPDK's FTL runs its compactors as pollers
+            // of their own, apart from metadata persistence (`FTL_NV_CACHE_NUM_COMPACTORS`,
+            // lib/ftl/ftl_nv_cache.h). It is safe because the checkpoint was made to run
+            // beside writes: it copies the pages, bitmaps and released containers first, a move
+            // after the copy lands in an open zone at or above the checkpoint SID (replayed by
+            // recovery), and the chunks that compaction releases meanwhile wait for the next
+            // checkpoint. The checkpoint is polled first, so it takes its locks and its copy
+            // before the compaction moves anything. GC keeps its turn to itself.
+            if compaction_due && !gc_due && self.pick_victim(false).is_some() {
+                self.c.compactions_beside_checkpoint.inc();
+                let (checkpointed, compacted) =
+                    futures_util::future::join(self.checkpoint(false), self.compact_one()).await;
+                checkpointed?;
+                compacted?;
+            } else {
+                self.checkpoint(false).await?;
+            }
             return Ok(true);
         }
         // GC and compaction both get a turn in a round where both are due, as two pollers on

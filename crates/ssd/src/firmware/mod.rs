@@ -7,15 +7,18 @@
 //! means for crashes.
 //!
 //! One file per role: [`hostif`] (submission queue, host link), [`buffer`] (write buffer and
-//! its replacement policy), [`ftl`] (mapping), [`gc`] (victim choice, collection), [`slc`]
-//! (the SLC cache's evictor), [`recover`] (power loss and recovery), [`convert`] (ScalaAFA's
-//! conversion vendor command and the parity engine).
+//! its replacement policy), [`ftl`] (the page map), [`gc`] (victim choice, collection),
+//! [`slc`] (the SLC cache's evictor), [`recover`] (power loss and recovery), [`convert`]
+//! (ScalaAFA's conversion vendor command and the parity engine). Beside the page map, two
+//! other mappings implement [`ftl::Ftl`]: [`zoned`] (NVMe ZNS) and [`inplace`] (media
+//! written in place, such as 3D XPoint).
 
 pub mod buffer;
 pub mod convert;
 pub mod ftl;
 pub mod gc;
 pub mod hostif;
+pub mod inplace;
 pub mod recover;
 pub mod slc;
 pub mod zoned;
@@ -162,6 +165,8 @@ impl Controller {
         };
         let mut ftl: Box<dyn Ftl> = if zones.is_some() {
             Box::new(zoned::ZoneMap::new(cfg, layout.clone(), shape))
+        } else if f.ftl_policy == FtlPolicy::InPlace {
+            Box::new(inplace::InPlaceMap::new(cfg, layout.clone(), shape))
         } else {
             Box::new(PageMap::new(cfg, layout.clone(), shape))
         };
