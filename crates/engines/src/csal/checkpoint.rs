@@ -34,6 +34,7 @@ impl Inner {
                 clean,
                 bitmap_generation: st.bitmap_generation,
                 containers: st.containers.iter().map(|c| (c.state, c.sid)).collect(),
+                top_sids: st.containers.iter().map(|c| c.top_sid).collect(),
             };
             let at = self.geo.state_start + (st.generation % 2) * self.geo.state_blocks;
             (slot, at)

@@ -430,6 +430,11 @@ pub struct StateSlot {
     pub clean: bool,
     pub bitmap_generation: u64,
     pub containers: Vec<(CState, u64)>,
+    /// Each container's top SID: the largest record SID it holds (see `Container::top_sid`).
+    /// Stored as its excess over the container's SID in the entry's second u32 (0 in slots
+    /// written before 2026-11-27, which reads as the container SID, the old rule);
+    /// `u64::MAX` when the excess did not fit (recovery then always reads the container).
+    pub top_sids: Vec<u64>,
 }
 
 impl StateSlot {
@@ -444,6 +449,9 @@ impl StateSlot {
         for (i, (s, sid)) in self.containers.iter().enumerate() {
             let at = STATE_HEADER_BYTES + i * STATE_ENTRY_BYTES;
             b[at..at + 4].copy_from_slice(&(*s as u32).to_le_bytes());
+            let top = self.top_sids.get(i).copied().unwrap_or(*sid);
+            let excess = top.saturating_sub(*sid).min(u32::MAX as u64) as u32;
+            b[at + 4..at + 8].copy_from_slice(&excess.to_le_bytes());
             b[at + 8..at + 16].copy_from_slice(&sid.to_le_bytes());
         }
         let mut h = crc32c::crc32c(&b[STATE_HEADER_BYTES..]);
@@ -462,10 +470,16 @@ impl StateSlot {
         if h != u32_at(b, 60) {
             return None;
         }
-        let cs = (0..containers)
+        let cs: Vec<(CState, u64)> = (0..containers)
             .map(|i| {
                 let at = STATE_HEADER_BYTES + i * STATE_ENTRY_BYTES;
                 (CState::from_u32(u32_at(b, at)), u64_at(b, at + 8))
+            })
+            .collect();
+        let top_sids = (0..containers)
+            .map(|i| match u32_at(b, STATE_HEADER_BYTES + i * STATE_ENTRY_BYTES + 4) {
+                u32::MAX => u64::MAX,
+                excess => cs[i].1 + excess as u64,
             })
             .collect();
         Some(StateSlot {
@@ -475,6 +489,7 @@ impl StateSlot {
             clean: u64_at(b, 32) != 0,
             bitmap_generation: u64_at(b, 40),
             containers: cs,
+            top_sids,
         })
     }
 }
@@ -568,6 +583,7 @@ mod tests {
             clean: true,
             bitmap_generation: 2,
             containers: vec![(CState::Open, 4), (CState::Released, 2), (CState::Free, 0)],
+            top_sids: vec![4, 7, u64::MAX],
         };
         let b = s.encode(1, 4096);
         assert_eq!(StateSlot::decode(&b, 3), Some(s));

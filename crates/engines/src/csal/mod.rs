@@ -186,6 +186,13 @@ pub(crate) struct Container {
     pub readers: u32,
     /// The P2L of an open container, by offset (§4.2: only open ones keep it in memory).
     pub p2l: Vec<P2lEntry>,
+    /// The largest record SID this life of the container holds: its own SID, or more when
+    /// compaction or GC moved a newer record into it (moved records keep their SID, §4.4, and
+    /// a zone may have opened before the chunk a record came from). Checkpoint recovery reads
+    /// every container whose top SID reaches the checkpoint SID: by the container's own SID
+    /// alone it skipped such a zone, and with it a moved trim record that had to outrank an
+    /// older write it replayed (docs/csal.md, "A moved trim record in an older zone").
+    pub top_sid: u64,
 }
 
 /// Which stream a zone write belongs to.
@@ -422,6 +429,7 @@ impl Csal {
             .map(|_| Container {
                 state: CState::Free,
                 sid: 0,
+                top_sid: 0,
                 wp: 0,
                 valid: 0,
                 inflight: 0,

@@ -278,6 +278,7 @@ impl Inner {
                     let c = &mut st.containers[i];
                     c.state = if cs == CState::Released { CState::Free } else { cs };
                     c.sid = sid;
+                    c.top_sid = s.top_sids[i];
                     c.wp = if cs == CState::Closed { g.capacity(i) } else { 0 };
                 }
                 for (i, w) in bits.iter().enumerate() {
@@ -302,6 +303,9 @@ impl Inner {
         // Which containers to read, and how.
         let n = g.containers();
         let mut csid = vec![0u64; n];
+        // Each container's top SID (the largest record SID in it), from the slot, raised by
+        // what is found in it.
+        let mut ctop = vec![0u64; n];
         let mut cstate = vec![CState::Free; n];
         let mut found: Vec<Vec<Found>> = vec![Vec::new(); n];
         let mut max_sid = 0u64;
@@ -330,11 +334,16 @@ impl Inner {
                 for c in 0..n {
                     let (cs, sid) = s.containers[c];
                     csid[c] = sid;
+                    ctop[c] = s.top_sids[c];
                     cstate[c] = cs;
                     if cs == CState::Free {
                         continue;
                     }
-                    let wanted = mode == RecoveryMode::P2l || cs == CState::Open || sid >= ckpt_sid;
+                    // A closed container can hold a record at or above the checkpoint SID when
+                    // its own SID is (it was written after the checkpoint), or when a newer
+                    // record was moved into it: its top SID says so.
+                    let wanted =
+                        mode == RecoveryMode::P2l || cs == CState::Open || ctop[c] >= ckpt_sid;
                     if !wanted {
                         continue;
                     }
@@ -464,6 +473,8 @@ impl Inner {
             for c in 0..n {
                 let ch = &mut st.containers[c];
                 ch.sid = csid[c];
+                let found_top = found[c].iter().map(|f| f.sid).max().unwrap_or(0);
+                ch.top_sid = ctop[c].max(csid[c]).max(found_top);
                 ch.state = match cstate[c] {
                     CState::Free => CState::Free,
                     _ => CState::Closed,

@@ -85,6 +85,7 @@ impl Inner {
             let ch = &mut st.containers[c];
             ch.state = CState::Open;
             ch.sid = sid;
+            ch.top_sid = sid;
             ch.wp = 0;
             ch.p2l = vec![P2lEntry::default(); self.geo.chunk_blocks as usize];
         }

@@ -80,6 +80,7 @@ impl Inner {
                         };
                         c.p2l[off as usize + i] =
                             P2lEntry { sid: r.sid, lba: r.lba as u32, trim, origin };
+                        c.top_sid = c.top_sid.max(r.sid);
                     }
                     Some((off, n, c.sid))
                 }
@@ -168,6 +169,7 @@ impl Inner {
             let c = &mut st.containers[z];
             c.state = CState::Open;
             c.sid = sid;
+            c.top_sid = sid;
             c.wp = 0;
             c.p2l = vec![P2lEntry::default(); self.geo.zone_capacity_blocks as usize];
             st.stream_clock += 1;
