@@ -53,11 +53,7 @@ impl InPlaceMap {
             timer: NandTimer::new(&cfg.nand, layout.channels, layout.planes),
             lines: (0..lines).map(|_| None).collect(),
             seq: 1,
-            full: if layout.blocks_per_iu >= 128 {
-                u128::MAX
-            } else {
-                (1u128 << layout.blocks_per_iu) - 1
-            },
+            full: super::mask(0, layout.blocks_per_iu),
             counters: FtlCounters::default(),
             layout,
             shape,

@@ -94,7 +94,8 @@ fn pieces(lba: u64, blocks: u64, bpi: u32) -> impl Iterator<Item = Piece> {
     })
 }
 
-fn mask(first: u32, count: u32) -> u128 {
+/// Bits `first..first + count` set (host blocks of a mapping unit).
+pub(crate) fn mask(first: u32, count: u32) -> u128 {
     let ones = if count >= 128 { u128::MAX } else { (1u128 << count) - 1 };
     ones << first
 }
