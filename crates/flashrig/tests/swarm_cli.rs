@@ -30,6 +30,7 @@ fn a_short_swarm_runs_and_prints_its_counters() {
     for name in [
         "ssd:plp",
         "ssd:in-place",
+        "ssd:slc-idle",
         "raid:6+2:cache",
         "twophase:4+2",
         "scala:2+1:host",

@@ -648,9 +648,14 @@ fn render_ssd_layers(layer: &flashrig_metrics::LayerSnapshot, out: &mut String) 
     if layer.kind == "ssd" {
         let v = |k: &str| layer.values.get(k).copied().unwrap_or(f64::NAN);
         let c = |k: &str| layer.counters.get(k).copied().unwrap_or(0);
+        // An idle-time evictor publishes the writes that passed its full cache (docs/ssd.md).
+        let bypassed = match layer.counters.get("slc_bypassed_units") {
+            Some(n) => format!(", written past the full SLC cache {n}"),
+            None => String::new(),
+        };
         out.push_str(&format!(
-            "  {}: WAF device {:.2} x NAND {:.2} = {:.2}; GC copied {} units, SLC evicted {}; \
-             {} block erases (max {} per block)\n",
+            "  {}: WAF device {:.2} x NAND {:.2} = {:.2}; GC copied {} units, SLC evicted \
+             {}{bypassed}; {} block erases (max {} per block)\n",
             layer.name,
             v("waf_device"),
             v("waf_nand"),

@@ -192,6 +192,14 @@ pub enum SlcEviction {
     /// free lines are short; that host program queues behind all of it (the model before
     /// paced eviction, kept for comparison).
     Inline,
+    /// The cache of Samsung's TurboWrite as reviewers describe it: host writes go to the SLC
+    /// cache while it has a free line and straight to the dense area while it has none ("falls
+    /// back to native TLC write speeds once the buffer fills", Tom's Hardware, 850 EVO review);
+    /// the evictor works only in idle time ("You need a little bit of idle time for this copy
+    /// to happen", AnandTech, 840 EVO review), while at most `slc_evict_free_lines` SLC lines
+    /// are free. A write longer than the cache runs at the dense area's program rate instead of
+    /// sharing the planes with eviction (docs/ssd.md, "SLC cache").
+    Idle,
 }
 
 /// Where the SLC cache puts host writes that carry the transient hint.
@@ -332,7 +340,8 @@ pub struct Firmware {
     pub slc_evict_free_lines: u32,
     /// `paced` (default): eviction work is interleaved with host SLC programs and done in
     /// idle time; `inline`: a whole victim is evicted at once in front of the host program
-    /// that needs a line.
+    /// that needs a line; `idle`: a full cache sends host writes to the dense area, and
+    /// eviction runs only in idle time.
     pub slc_eviction: SlcEviction,
     /// `factor` of the transient-aware score (ScalaAFA sets it to 1).
     pub slc_transient_factor: f64,
@@ -944,10 +953,13 @@ mod tests {
     }
 
     #[test]
-    fn slc_eviction_is_paced_by_default_and_inline_on_request() {
+    fn slc_eviction_is_paced_by_default_and_inline_or_idle_on_request() {
+        // ScalaAFA's FEMU device takes its reference SSD's TurboWrite behaviour (the preset's
+        // source); every other preset keeps the default.
         for name in preset_names() {
             let cfg = SsdConfig::preset(name).unwrap();
-            assert_eq!(cfg.firmware.slc_eviction, SlcEviction::Paced, "{name}");
+            let want = if name == "scalaafa-femu" { SlcEviction::Idle } else { SlcEviction::Paced };
+            assert_eq!(cfg.firmware.slc_eviction, want, "{name}");
         }
         let t: toml::Table =
             "preset = \"tiny-slc\"\n[firmware]\nslc_eviction = \"inline\"\n".parse().unwrap();

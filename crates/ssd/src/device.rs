@@ -216,6 +216,11 @@ impl Ssd {
         set("slc_evictions", f.slc_evictions);
         set("slc_evicted_lines", f.slc_evicted_lines);
         set("slc_evicted_idle", f.slc_evicted_idle);
+        // Only an idle-time evictor lets host writes pass a full cache, so other results keep
+        // their counter set.
+        if self.cfg.firmware.slc_eviction == crate::config::SlcEviction::Idle {
+            set("slc_bypassed_units", f.slc_bypassed_units);
+        }
         set("slc_transient_units", f.slc_transient_units);
         set("slc_evicted_transient", f.slc_evicted_transient);
         set("slc_transient_died", f.slc_transient_died);

@@ -16,6 +16,11 @@
 //! Power loss: with writes through, every completed write is durable; the test cuts power
 //! whenever a paced victim is partly moved, recovers, reads every written block back, and
 //! goes on, several times; then the same with a NAND image file reopened by a new controller.
+//! Idle-time eviction (`slc_eviction = "idle"`, the TurboWrite cache of `scalaafa-femu`): writes
+//! submitted faster than the device programs (never idle) must pass a full cache to the dense
+//! area with nothing evicted, in less simulated time than paced eviction; a long idle gap must
+//! empty lines so that the cache takes writes again; and random writes with idle gaps must
+//! read back through power cuts taken while a victim is half moved.
 //! Everything is seeded and simulated, so results are the same on every machine.
 
 use std::collections::BTreeMap;
@@ -51,6 +56,30 @@ fn verify(ctl: &mut Controller, t: &mut u64, model: &BTreeMap<u64, u64>, what: &
         let want = if version == 0 { vec![0u8; BS] } else { block(lba, version) };
         assert!(buf == want, "{what}: block {lba} does not read back as version {version}");
     }
+}
+
+/// Trims `lba` (`trim`), or reads back the first block from `lba` on that the model knows
+/// and checks it; returns 1 when that read found a victim half moved, else 0.
+fn trim_or_check(
+    ctl: &mut Controller,
+    t: &mut u64,
+    model: &mut BTreeMap<u64, u64>,
+    lba: u64,
+    trim: bool,
+    what: &str,
+) -> u64 {
+    if trim {
+        *t = ctl.trim(*t, lba, 1).unwrap();
+        model.insert(lba, 0);
+        return 0;
+    }
+    let Some((&b, &v)) = model.range(lba..).next() else { return 0 };
+    let mid = ctl.ftl.eviction_in_progress().is_some() as u64;
+    let mut buf = vec![0u8; BS];
+    *t = ctl.read(*t, b, &mut buf, None).unwrap();
+    let want = if v == 0 { vec![0u8; BS] } else { block(b, v) };
+    assert!(buf == want, "{what}: block {b} is not version {v}");
+    mid
 }
 
 /// Writes one block at a time, back to back at queue depth 1, over three times the SLC cache;
@@ -110,7 +139,6 @@ fn random_writes_read_back_while_victims_are_paced_out() {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
         let mut model: BTreeMap<u64, u64> = BTreeMap::new();
         let (mut t, mut version, mut reads_mid_eviction) = (0u64, 0u64, 0u64);
-        let mut buf = vec![0u8; BS];
         for _ in 0..30_000 {
             let r = rng.next_u64();
             let lba = (r >> 16) % span;
@@ -126,19 +154,10 @@ fn random_writes_read_back_while_victims_are_paced_out() {
                     let hints = WriteHints { transient: r & 32 != 0, ..WriteHints::NONE };
                     t = ctl.write(t, lba, &data, None, hints).unwrap();
                 }
-                11 => {
-                    t = ctl.trim(t, lba, 1).unwrap();
-                    model.insert(lba, 0);
-                }
-                _ => {
-                    // A block the model knows, read back now.
-                    let Some((&b, &v)) = model.range(lba..).next() else { continue };
-                    if ctl.ftl.eviction_in_progress().is_some() {
-                        reads_mid_eviction += 1;
-                    }
-                    t = ctl.read(t, b, &mut buf, None).unwrap();
-                    let want = if v == 0 { vec![0u8; BS] } else { block(b, v) };
-                    assert!(buf == want, "seed {seed}: block {b} is not version {v}");
+                k => {
+                    let what = format!("seed {seed}");
+                    reads_mid_eviction +=
+                        trim_or_check(&mut ctl, &mut t, &mut model, lba, k == 11, &what);
                 }
             }
         }
@@ -242,4 +261,117 @@ fn a_nand_image_cut_mid_eviction_reopens_with_every_write() {
     }
     let mut ctl = Controller::new(&c).unwrap();
     verify(&mut ctl, &mut t, &model, "last life");
+}
+
+// Idle-time eviction (`slc_eviction = "idle"`): a full cache passes host writes to the dense
+// area, and the evictor works only in idle gaps.
+
+/// Submits `n` single-block writes arriving faster than the device programs them (one every
+/// microsecond, so it is never idle), over distinct blocks; returns the last completion time.
+fn write_without_idle_time(ctl: &mut Controller, n: u64) -> u64 {
+    let data = block(0, 1);
+    let mut last = 0;
+    for i in 0..n {
+        last = last.max(ctl.write(i * 1000, i, &data, None, WriteHints::NONE).unwrap());
+    }
+    last
+}
+
+#[test]
+fn a_full_cache_sends_writes_to_the_dense_area_without_eviction_work() {
+    let paced_cfg = cfg(SlcEviction::Paced);
+    let idle_cfg = cfg(SlcEviction::Idle);
+    let mut paced = Controller::new(&paced_cfg).unwrap();
+    let mut idle = Controller::new(&idle_cfg).unwrap();
+    let slc_units = idle.layout.slots_per_line_slc as u64 * idle.layout.slc_lines as u64;
+    let n = 3 * slc_units;
+    let paced_ns = write_without_idle_time(&mut paced, n);
+    let idle_ns = write_without_idle_time(&mut idle, n);
+    let (p, i) = (paced.ftl.counters(), idle.ftl.counters());
+    eprintln!(
+        "{n} writes: paced {paced_ns} ns ({} evicted), idle {idle_ns} ns ({} bypassed)",
+        p.slc_evictions, i.slc_bypassed_units
+    );
+    // The cache took its size and the rest went straight to the dense area: nothing was
+    // evicted, because the device never idled.
+    assert_eq!(i.slc_evictions, 0, "{i:?}");
+    assert_eq!(i.slc_bypassed_units, n - slc_units, "{i:?}");
+    assert_eq!(i.host_slots, n);
+    assert_eq!(p.slc_bypassed_units, 0);
+    assert!(p.slc_evictions >= n - 2 * slc_units, "paced eviction must have run: {p:?}");
+    // tiny-slc programs SLC and TLC pages in the same 200 us, so the paced cache does about
+    // twice the NAND work per unit past its size (a program into SLC, a read and a program to
+    // move it on) and the idle-time cache once.
+    assert!(idle_ns * 4 < paced_ns * 3, "idle {idle_ns} ns vs paced {paced_ns} ns");
+}
+
+#[test]
+fn idle_time_empties_lines_and_the_cache_takes_writes_again() {
+    let mut ctl = Controller::new(&cfg(SlcEviction::Idle)).unwrap();
+    let slc_units = ctl.layout.slots_per_line_slc as u64 * ctl.layout.slc_lines as u64;
+    let mut t = write_without_idle_time(&mut ctl, slc_units + 10);
+    let before = ctl.ftl.counters();
+    assert_eq!(before.slc_bypassed_units, 10);
+    // A long idle gap: the next command finds the device idle and the evictor empties lines
+    // until more than `slc_evict_free_lines` are free, in the gap before the command.
+    t += 10_000_000_000;
+    let data = block(0, 2);
+    t = ctl.write(t, 0, &data, None, WriteHints::NONE).unwrap();
+    let after = ctl.ftl.counters();
+    assert!(after.slc_evicted_lines >= 2, "{after:?}");
+    assert_eq!(after.slc_evictions, after.slc_evicted_idle, "only idle time evicts: {after:?}");
+    assert_eq!(after.slc_bypassed_units, 10, "the write went to a freed SLC line: {after:?}");
+    let mut buf = vec![0u8; BS];
+    ctl.read(t, 0, &mut buf, None).unwrap();
+    assert!(buf == data);
+}
+
+#[test]
+fn random_writes_with_idle_gaps_read_back_through_power_losses_mid_eviction() {
+    for seed in [31u64, 32, 33] {
+        let mut c = cfg(SlcEviction::Idle);
+        c.firmware.slc_evictor = EvictorPolicy::Transient;
+        let mut ctl = Controller::new(&c).unwrap();
+        let span = ctl.layout.num_blocks / 2;
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+        let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+        let (mut t, mut version, mut cuts, mut reads_mid) = (0u64, 0u64, 0u32, 0u64);
+        for _ in 0..30_000 {
+            let r = rng.next_u64();
+            let lba = (r >> 16) % span;
+            // Bursts with gaps: one command in 64 comes after an idle gap of up to 20 ms, long
+            // enough to move part of a line (a unit's read and program take 240 us) but, on
+            // average, not all the bursts wrote, so the cache also fills and is passed.
+            if r % 64 == 0 {
+                t += (r >> 40) % 20_000_000;
+            }
+            match (r >> 4) % 16 {
+                0..=10 => {
+                    version += 1;
+                    let hints = WriteHints { transient: r & 32 != 0, ..WriteHints::NONE };
+                    t = ctl.write(t, lba, &block(lba, version), None, hints).unwrap();
+                    model.insert(lba, version);
+                }
+                k => {
+                    let what = format!("seed {seed}");
+                    reads_mid += trim_or_check(&mut ctl, &mut t, &mut model, lba, k == 11, &what);
+                }
+            }
+            // Writes go through (no buffer), so every completed write is durable: cut the power
+            // now and then while a victim is half moved.
+            if cuts < 4 && ctl.ftl.eviction_in_progress().is_some_and(|(_, v)| v > 0) {
+                cuts += 1;
+                ctl.power_loss(t);
+                ctl.recover(t);
+                verify(&mut ctl, &mut t, &model, &format!("seed {seed} cut {cuts}"));
+            }
+        }
+        verify(&mut ctl, &mut t, &model, &format!("seed {seed}, final check"));
+        let f = ctl.ftl.counters();
+        eprintln!("seed {seed}: {cuts} cuts, {reads_mid} reads mid-eviction, {f:?}");
+        assert_eq!(cuts, 4, "seed {seed}: a victim was never caught half moved");
+        assert!(reads_mid > 100, "seed {seed}: {reads_mid} reads mid-eviction");
+        assert!(f.slc_bypassed_units > 0 && f.slc_evicted_idle > 0, "seed {seed}: {f:?}");
+        assert_eq!(f.slc_evictions, f.slc_evicted_idle, "seed {seed}: {f:?}");
+    }
 }

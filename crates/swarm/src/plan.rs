@@ -6,7 +6,7 @@ use flashrig_check::{CheckConfig, OpWeights, WriteFault};
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-use crate::stack::{catalogue, Engine, StackSpec};
+use crate::stack::{catalogue, Engine, SsdVariant, StackSpec};
 
 /// Where a round's power cut lands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,9 +159,19 @@ pub fn draw(seed: u64, limits: &Limits) -> Result<Plan, String> {
         md_percent: pick(&mut rng, &[0, 50, 100]),
         fua_percent: pick(&mut rng, &[0, 0, 5, 20]),
         spread_over_reactors: reactors > 1,
-        // No idle pauses: the plans (and their seeds) stay as they were.
+        // No idle pauses, but for the SSD whose cache empties only in idle time: its pauses
+        // come from no draw, so every plan and seed stays as it was.
         pause_every_ops: 0,
         pause_ns: 0,
+    };
+    let workload = if stack.engine == Engine::Ssd(SsdVariant::SlcIdle) {
+        // A pause of 20 ms every 256 commands moves about two and a half of `tiny-slc`'s
+        // eight SLC lines (a unit's SLC read and TLC program take 240 us, 32 units per plane
+        // and line), so bursts still fill the cache past its size and cuts can find victims
+        // half moved.
+        CheckConfig { pause_every_ops: 256, pause_ns: 20_000_000, ..workload }
+    } else {
+        workload
     };
     let n_rounds = between(&mut rng, 1, 4) as usize;
     let n_rounds = limits.rounds.map_or(n_rounds, |r| n_rounds.min(r.max(1)));

@@ -21,7 +21,7 @@ use flashrig_engines::twophase::format::MD_BYTES_CHECKSUM;
 use flashrig_engines::twophase::{Twophase, TwophaseOptions};
 use flashrig_engines::{Concat, Csal, CsalOptions, Stripe, Zoned, ZonedOptions};
 use flashrig_runtime::HostCosts;
-use flashrig_ssd::config::{BufferPolicy, EvictorPolicy, FtlPolicy, SsdConfig};
+use flashrig_ssd::config::{BufferPolicy, EvictorPolicy, FtlPolicy, SlcEviction, SsdConfig};
 use flashrig_ssd::Ssd;
 use parking_lot::Mutex;
 
@@ -98,6 +98,10 @@ pub enum SsdVariant {
     Plain,
     /// `tiny-slc`: an SLC cache in front of the dense area.
     Slc,
+    /// `tiny-slc` with idle-time eviction (`slc_eviction = "idle"`, TurboWrite's): a full
+    /// cache passes host writes to the dense area, and victims move only in idle gaps, so a
+    /// cut finds them half moved between bursts.
+    SlcIdle,
     /// 16 KiB mapping units under 4 KiB blocks (read-modify-write inside the SSD).
     Coarse,
     /// 512-byte sectors.
@@ -286,6 +290,7 @@ pub fn catalogue() -> Vec<StackSpec> {
     let mut add = |name: &str, engine| v.push(StackSpec { name: name.to_string(), engine });
     add("ssd:plain", Ssd(SsdVariant::Plain));
     add("ssd:slc", Ssd(SsdVariant::Slc));
+    add("ssd:slc-idle", Ssd(SsdVariant::SlcIdle));
     add("ssd:coarse", Ssd(SsdVariant::Coarse));
     add("ssd:512", Ssd(SsdVariant::Sectors512));
     add("ssd:512:pc-lru", Ssd(SsdVariant::Unaligned(BufferPolicy::PcLru, FtlPolicy::Page, true)));
@@ -359,7 +364,8 @@ fn ssd_config(spec: &StackSpec, image: Option<&std::path::Path>) -> SsdConfig {
             cfg.firmware.plp = false;
         }
         Engine::Ssd(variant) => {
-            let preset = if variant == SsdVariant::Slc { "tiny-slc" } else { "tiny" };
+            let slc = matches!(variant, SsdVariant::Slc | SsdVariant::SlcIdle);
+            let preset = if slc { "tiny-slc" } else { "tiny" };
             cfg = SsdConfig::preset(preset).expect("preset");
             match variant {
                 SsdVariant::Coarse => cfg.firmware.iu_bytes = 16384,
@@ -389,6 +395,7 @@ fn ssd_config(spec: &StackSpec, image: Option<&std::path::Path>) -> SsdConfig {
                     cfg.firmware.ftl_policy = ftl;
                     cfg.firmware.mv_idle_merge = idle_merge;
                 }
+                SsdVariant::SlcIdle => cfg.firmware.slc_eviction = SlcEviction::Idle,
                 SsdVariant::Plain | SsdVariant::Slc => {}
             }
         }

@@ -27,6 +27,17 @@ fn has_reactors(run: &Run) -> bool {
     busiest(run) > 0.0
 }
 
+/// The size of `units` 4 KiB units, in MiB, or in KiB below one MiB (so a few units evicted
+/// do not read as "0 MiB").
+fn size_of_units(units: u64) -> String {
+    let bytes = units * 4096;
+    if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
+    }
+}
+
 /// What bounded one run, as one line: the top layer's name, then the findings.
 pub fn diagnose(run: &Run) -> String {
     let busy = busiest(run);
@@ -41,11 +52,16 @@ pub fn diagnose(run: &Run) -> String {
     }
     let evicted = ssd_counter(l, "slc_evictions");
     if evicted > 0 {
-        parts.push(format!("SLC overflowed: {} MiB evicted to MLC", (evicted * 4096) >> 20));
+        parts.push(format!("SLC overflowed: {} evicted to MLC", size_of_units(evicted)));
+    }
+    // An idle-time evictor (`slc_eviction = "idle"`) lets writes pass a full cache instead.
+    let bypassed = ssd_counter(l, "slc_bypassed_units");
+    if bypassed > 0 {
+        parts.push(format!("SLC full: {} written straight to MLC", size_of_units(bypassed)));
     }
     let gc = ssd_counter(l, "gc_copies");
     if gc > 0 {
-        parts.push(format!("SSD GC copied {} MiB", (gc * 4096) >> 20));
+        parts.push(format!("SSD GC copied {}", size_of_units(gc)));
     }
     let c = |name: &str| l.counters.get(name).copied().unwrap_or(0);
     if c("delayed_writes") > 0 {
@@ -114,20 +130,25 @@ pub fn diagnose_keys<K: RunKey>(keys: &[&K], r: &Results<K>) -> Vec<String> {
             let host = busy.iter().filter(|&&b| b >= HOST_BOUND_BUSY).count();
             let evicted: u64 =
                 runs.iter().map(|run| ssd_counter(&run.result.layers, "slc_evictions")).sum();
+            let bypassed: u64 =
+                runs.iter().map(|run| ssd_counter(&run.result.layers, "slc_bypassed_units")).sum();
             let (lo, hi) = busy.iter().fold((f64::MAX, 0f64), |(a, b), &x| (a.min(x), b.max(x)));
+            let mut slc = String::new();
+            if evicted > 0 {
+                slc +=
+                    &format!(", SLC overflowed: {} evicted to MLC in all", size_of_units(evicted));
+            }
+            if bypassed > 0 {
+                slc += &format!(
+                    ", SLC full: {} written straight to MLC in all",
+                    size_of_units(bypassed)
+                );
+            }
             format!(
-                "{system}: host-bound in {host} of {} runs (busiest reactor {:.0}-{:.0}%){}",
+                "{system}: host-bound in {host} of {} runs (busiest reactor {:.0}-{:.0}%){slc}",
                 runs.len(),
                 lo * 100.0,
                 hi * 100.0,
-                if evicted > 0 {
-                    format!(
-                        ", SLC overflowed: {} MiB evicted to MLC in all",
-                        (evicted * 4096) >> 20
-                    )
-                } else {
-                    String::new()
-                }
             )
         })
         .collect()

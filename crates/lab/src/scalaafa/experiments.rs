@@ -11,11 +11,11 @@ use super::phase;
 use super::traces::TraceRun;
 use super::{
     arr, tr, CheckScale, Key, FSR_CONV, FULL_SCALE_RUNTIME_MS, FUSION, RAID5F, SCALA, SCALA_FAMILY,
-    SCALA_SEP, SCALA_WR, SCALA_WR_SEP,
+    SCALA_PACED, SCALA_SEP, SCALA_WR, SCALA_WR_PACED, SCALA_WR_SEP,
 };
 use crate::core::scale::{reduce_device, scaled_count};
 use crate::core::{Mode, Plan};
-use flashrig_ssd::config::TransientPlacement;
+use flashrig_ssd::config::{Firmware, SlcEviction, TransientPlacement};
 
 /// One experiment file: (name, text).
 pub(super) const EXPERIMENTS: &[(&str, &str)] = &[
@@ -108,13 +108,14 @@ fn prepare(mut cfg: Config, mode: Mode) -> Result<Config, Error> {
     Ok(cfg)
 }
 
-/// Sets where every SSD of a device tree places transient data in its SLC lines.
-fn set_transient_placement(d: &mut DeviceConfig, placement: TransientPlacement) {
+/// Changes the firmware of every SSD of a device tree for Fig. 16's bracket, recording the
+/// changed key in each SSD's sources.
+fn set_ssd_firmware(d: &mut DeviceConfig, key: &str, set: &dyn Fn(&mut Firmware)) {
     let (members, member): (&mut Vec<DeviceConfig>, &mut Option<Box<DeviceConfig>>) = match d {
         DeviceConfig::Ssd(s) => {
-            s.0.firmware.slc_transient_placement = placement;
+            set(&mut s.0.firmware);
             s.0.sources.insert(
-                "firmware.slc_transient_placement".into(),
+                format!("firmware.{key}"),
                 "set by `flashrig reproduce` for Fig. 16's bracket".into(),
             );
             return;
@@ -125,10 +126,10 @@ fn set_transient_placement(d: &mut DeviceConfig, placement: TransientPlacement) 
         _ => return,
     };
     for m in members.iter_mut() {
-        set_transient_placement(m, placement);
+        set_ssd_firmware(m, key, set);
     }
     if let Some(m) = member {
-        set_transient_placement(m, placement);
+        set_ssd_firmware(m, key, set);
     }
 }
 
@@ -251,17 +252,26 @@ pub(super) fn plan(mode: Mode, traces: &[TraceRun]) -> Result<Plan<Key>, Error> 
             let cfg = prepare(cfg, mode)?;
             let weight = 50.0 + t.requests as f64 / 10_000.0;
             // Fig. 16's bracket: ScalaAFA and Scala-WR again on SSDs that keep transient
-            // data in SLC lines of their own.
-            let separate = match system.as_str() {
-                SCALA => Some(SCALA_SEP),
-                SCALA_WR => Some(SCALA_WR_SEP),
+            // data in SLC lines of their own, and on SSDs that evict beside host writes when
+            // their cache is full.
+            let bracket = match system.as_str() {
+                SCALA => Some((SCALA_SEP, SCALA_PACED)),
+                SCALA_WR => Some((SCALA_WR_SEP, SCALA_WR_PACED)),
                 _ => None,
             };
-            if let Some(sep) = separate {
+            if let Some((sep, paced)) = bracket {
                 let mut c = cfg.clone();
-                set_transient_placement(&mut c.device, TransientPlacement::Separate);
+                set_ssd_firmware(&mut c.device, "slc_transient_placement", &|f| {
+                    f.slc_transient_placement = TransientPlacement::Separate
+                });
                 let label = format!("{}-separate-{}", system, t.name);
                 p.add(tr(sep, &t.name), label, c, weight);
+                let mut c = cfg.clone();
+                set_ssd_firmware(&mut c.device, "slc_eviction", &|f| {
+                    f.slc_eviction = SlcEviction::Paced
+                });
+                let label = format!("{}-paced-{}", system, t.name);
+                p.add(tr(paced, &t.name), label, c, weight);
             }
             p.add(tr(&system, &t.name), format!("{system}-{}", t.name), cfg, weight);
         }

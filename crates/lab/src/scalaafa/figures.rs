@@ -333,7 +333,8 @@ fn short_of_ideal(out: &mut String, r: &Results<Key>, k: usize, m: usize, ideal:
             "- ScalaAFA {k}+{m} at {t} thread(s) reaches {:.0}% of the ideal at its conversion \
              point: {converted} stripes were converted in the window, grants waited {waits} \
              times, and the slowest write waited {:.0} ms. One SSD alone in the same state \
-             (its SLC cache full and evicting to MLC) at QD32 writes the S of this ideal ({}; \
+             (its SLC cache full, so host writes go straight to MLC) at QD32 writes the S of \
+             this ideal ({}; \
              a fresh one {} GB/s); {planes}. A member serves about {:.0} of the array's writes \
              at a time, and the conversions add work the ideal leaves out: inside the SSDs \
              they read {sources:.0} MiB of sources and programmed {parity:.0} MiB of parity, \

@@ -53,8 +53,16 @@ const FSR_CONV: &str = "FSR-Conv";
 /// SSD did).
 const SCALA_SEP: &str = "ScalaAFA (separate)";
 const SCALA_WR_SEP: &str = "Scala-WR (separate)";
+/// ScalaAFA and Scala-WR (mixed placement) on SSDs whose full SLC cache evicts beside host
+/// writes (`slc_eviction = "paced"`) instead of passing them to MLC as the `scalaafa-femu`
+/// preset's TurboWrite cache does: Fig. 16's other reading of §5.5's "when the SLC buffer is
+/// full, the SLC evictor selectively evicts SLC blocks", under a closed loop that leaves no
+/// idle time.
+const SCALA_PACED: &str = "ScalaAFA (paced eviction)";
+const SCALA_WR_PACED: &str = "Scala-WR (paced eviction)";
 /// The systems that are `scala` arrays: their microbenchmarks run in the conversion phase.
-const SCALA_FAMILY: [&str; 5] = [SCALA, SCALA_CO, SCALA_WR, SCALA_SEP, SCALA_WR_SEP];
+const SCALA_FAMILY: [&str; 7] =
+    [SCALA, SCALA_CO, SCALA_WR, SCALA_SEP, SCALA_WR_SEP, SCALA_PACED, SCALA_WR_PACED];
 
 /// The run time of the full-scale experiments (configs/experiments/afa-*.toml and
 /// configs/experiments/scalaafa/*.toml); the paper does not state fio's.

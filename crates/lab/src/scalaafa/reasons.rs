@@ -52,8 +52,9 @@ pub(super) fn model_reasons(claim: &Claim<Key>, r: &Results<Key>) -> Vec<String>
             "SSD timing is the scalaafa-femu preset (an 80.4 µs MLC program, §6.1's 4,890 MB/s \
              over FEMU's 96 LUNs; a 75 µs SLC program; no host-link limit, as FEMU): one member \
              alone writes S = {} GB/s fresh here ({} at full scale), and {} GB/s in the state of \
-             a ScalaAFA member at its conversion point, its SLC cache full and evicting to MLC, \
-             against the paper's configured 4.89",
+             a ScalaAFA member at its conversion point, its SLC cache full (the preset's \
+             TurboWrite cache then writes straight to MLC; docs/ssd.md, SLC cache), against \
+             the paper's configured 4.89",
             fmt(single(false)),
             fmt(full),
             fmt(single(true)),

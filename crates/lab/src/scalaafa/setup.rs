@@ -152,8 +152,8 @@ fn scale_check(out: &mut String, r: &Results<Key>) {
          time, {p} times as often, so a write that queues behind one waits less each time; \
          SLC eviction empties lines that are 1/{p} as large, so with \
          `slc_eviction = \"inline\"` an eviction's head-of-line stall is shorter and more \
-         frequent (paced eviction, the default, has none; docs/ssd.md); the space \
-         manager's checkpoints \
+         frequent (paced eviction has none, and the preset's idle-time eviction works only \
+         while the device idles; docs/ssd.md); the space manager's checkpoints \
          (the AMT scales with capacity) and the checkpoint's fixed header do not shrink in \
          the same proportion; and events that happen a fixed number of times per run (the \
          first grant, the first eviction) weigh {div} times more in a run {div} times \

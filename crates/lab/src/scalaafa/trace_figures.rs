@@ -7,7 +7,9 @@ use flashrig_frontends::error::Error;
 use flashrig_frontends::report::{Run, Series};
 
 use super::traces::{replayed, TraceRun};
-use super::{tr, Key, FUSION, MDRAID, SCALA, SCALA_SEP, SCALA_WR, SCALA_WR_SEP};
+use super::{
+    tr, Key, FUSION, MDRAID, SCALA, SCALA_PACED, SCALA_SEP, SCALA_WR, SCALA_WR_PACED, SCALA_WR_SEP,
+};
 use crate::core::plots::named;
 use crate::core::results::ssd_counter;
 use crate::core::{Metric, Plots, Results};
@@ -89,7 +91,12 @@ pub(super) fn fig16(
         "MLC page programs of the five members together (`nand_page_programs_mlc`), for both \
          placements of transient data in the SSDs' SLC lines: *mixed* (one open SLC line takes \
          every host write, the default) and *separate* (transient data in SLC lines of its \
-         own). The paper does not say which its SSD did, so the two are a bracket. Beside \
+         own), and for both readings of a full cache: the preset's TurboWrite cache, which \
+         passes host writes to MLC while it has no free line and evicts only in idle time \
+         (`slc_eviction = \"idle\"`; a closed-loop replay leaves it none, so its tags choose \
+         few victims), and *paced* eviction beside host writes (mixed placement), §5.5's \
+         \"when the SLC buffer is full, the SLC evictor selectively evicts\" read as \
+         happening under load. The paper says neither, so the rows are a bracket. Beside \
          them, what the SLC evictor did with ScalaAFA's transient units: written into SLC \
          (`slc_transient_units`), moved to MLC by eviction (`slc_evicted_transient`) and \
          died in SLC, invalidated by a conversion before eviction (`slc_transient_died`):\n"
@@ -103,9 +110,11 @@ pub(super) fn fig16(
     let count = |k: &Key, c: &str| r.run(k).map(|run| ssd_counter(&run.result.layers, c));
     let show = |v: Option<u64>| v.map_or("—".into(), |v| v.to_string());
     for t in traces {
-        for (placement, scala, wr) in
-            [("mixed", SCALA, SCALA_WR), ("separate", SCALA_SEP, SCALA_WR_SEP)]
-        {
+        for (placement, scala, wr) in [
+            ("mixed", SCALA, SCALA_WR),
+            ("separate", SCALA_SEP, SCALA_WR_SEP),
+            ("mixed, paced", SCALA_PACED, SCALA_WR_PACED),
+        ] {
             let (wr, sc) = (tr(wr, &t.name), tr(scala, &t.name));
             let (a, b) =
                 (count(&wr, "nand_page_programs_mlc"), count(&sc, "nand_page_programs_mlc"));
@@ -132,6 +141,8 @@ pub(super) fn fig16(
         (SCALA, "ScalaAFA, mixed"),
         (SCALA_WR_SEP, "Scala-WR, separate"),
         (SCALA_SEP, "ScalaAFA, separate"),
+        (SCALA_WR_PACED, "Scala-WR, mixed, paced"),
+        (SCALA_PACED, "ScalaAFA, mixed, paced"),
     ]
     .iter()
     .map(|(s, name)| Series {

@@ -53,6 +53,9 @@ pub struct FtlCounters {
     pub slc_evicted_lines: u64,
     /// Units the paced evictor moved in idle time (part of `slc_evictions`).
     pub slc_evicted_idle: u64,
+    /// Host units written straight to the dense area because the SLC cache had no free line
+    /// (`slc_eviction = "idle"` only; part of `host_slots`).
+    pub slc_bypassed_units: u64,
     pub slot_reads: u64,
     /// Reads of a unit's old version to complete a partial unit (read-modify-write; the
     /// additional "update reads" of WAFLASH Fig. 12).
@@ -250,6 +253,9 @@ pub struct PageMap {
     pub(super) slc_evict_free: u32,
     /// Paced SLC eviction (`slc_eviction = "paced"`): victims are moved a step at a time.
     pub(super) paced_eviction: bool,
+    /// Idle-time SLC eviction (`slc_eviction = "idle"`): a full cache sends host writes to
+    /// the dense area, and victims are moved only while the device is idle.
+    pub(super) idle_eviction: bool,
     /// The SLC line paced eviction is emptying, if any (volatile: a power loss forgets it,
     /// and the line, still closed with its unmoved units mapped, is a victim again later).
     pub(super) evicting: Option<u32>,
@@ -317,6 +323,7 @@ impl PageMap {
             gc_bg_free: f.gc_background_free_lines,
             slc_evict_free: f.slc_evict_free_lines,
             paced_eviction: f.slc_eviction == SlcEviction::Paced,
+            idle_eviction: f.slc_eviction == SlcEviction::Idle,
             evicting: None,
             separate_transient: f.slc_transient_placement == TransientPlacement::Separate,
             in_gc: false,
@@ -466,7 +473,14 @@ impl PageMap {
                 self.close_line(l);
                 self.open[stream as usize] = None;
             }
-            if slc {
+            if slc && self.idle_eviction {
+                // A full cache takes nothing more until idle time empties a line: the host
+                // program goes to the dense area's host stream, at the dense program rate
+                // and without eviction work beside it (`super::slc`).
+                if self.free_slc.is_empty() {
+                    return self.line_for(t_ns, Stream::HostDense);
+                }
+            } else if slc {
                 // Inline eviction frees lines here, before the line is taken. Paced eviction
                 // evicts here only as a backstop (short of lines anyway, say after a power
                 // loss forgot its victim), then chooses its victim at the point where inline
@@ -578,6 +592,9 @@ impl PageMap {
                         if stream != Stream::Relocate {
                             if slc && w.flags & FLAG_TRANSIENT != 0 {
                                 self.counters.slc_transient_units += 1;
+                            }
+                            if stream.slc() && !slc {
+                                self.counters.slc_bypassed_units += 1;
                             }
                             if !self.trims.is_empty()
                                 && self.trims.get(&w.lpn).is_some_and(|&ts| ts < w.seq)
@@ -1143,7 +1160,11 @@ impl Ftl for PageMap {
     }
 
     fn next_host_plane(&self) -> Option<u32> {
-        let stream = if self.layout.slc_lines == 0 { Stream::HostDense } else { Stream::HostSlc };
+        let bypass = self.idle_eviction
+            && self.open[Stream::HostSlc as usize].is_none()
+            && self.free_slc.is_empty();
+        let stream =
+            if self.layout.slc_lines == 0 || bypass { Stream::HostDense } else { Stream::HostSlc };
         // A stream without an open line opens one and starts at its first slot.
         let slot = self.open[stream as usize].map_or(0, |l| self.lines[l as usize].wp);
         Some(self.layout.page_addr(self.layout.slot_pages(slot).0).plane)

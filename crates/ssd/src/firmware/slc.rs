@@ -158,6 +158,10 @@ impl PageMap {
     /// is left). The docs (docs/ssd.md, "SLC cache") give the arithmetic.
     pub(super) fn pace_eviction(&mut self, t_ns: u64) -> DevResult<()> {
         let Some(victim) = self.evicting else { return Ok(()) };
+        if self.idle_eviction {
+            // Idle-time eviction leaves a victim it did not finish until the next idle gap.
+            return Ok(());
+        }
         let per = self.layout.slots_per_page as u64;
         let valid = self.lines[victim as usize].valid as u64;
         let budget = self.host_slc_budget().max(per);
@@ -181,20 +185,30 @@ impl PageMap {
         Ok(r.moved)
     }
 
-    /// Paced eviction in idle time (a command arrived at `t_ns` and found every plane and
-    /// channel idle): the victim in progress, if any, is moved a program's worth at a time
-    /// from the moment the device went idle, until the NAND is busy up to `t_ns` or the victim
-    /// is gone. (A victim is only ever chosen when a host stream opens a line, so idle time
-    /// changes no victim choice.) The gap was empty on every timeline, so
-    /// using it changes no earlier command's timing; the command at `t_ns` queues behind at
-    /// most the last step (and the victim's erase, when that step finished it).
+    /// Eviction in idle time (a command arrived at `t_ns` and found every plane and channel
+    /// idle): the victim in progress, if any, is moved a program's worth at a time from the
+    /// moment the device went idle, until the NAND is busy up to `t_ns` or the victim is gone.
+    /// With paced eviction a victim is only ever chosen when a host stream opens a line, so
+    /// idle time changes no victim choice. With idle-time eviction (`slc_eviction = "idle"`)
+    /// idle time is the only place it works: a finished victim is followed by the evictor's
+    /// next choice while at most `slc_evict_free` SLC lines are free. The gap was empty on
+    /// every timeline, so using it changes no earlier command's timing; the command at `t_ns`
+    /// queues behind at most the last step (and the victim's erase, when that step finished
+    /// it).
     pub(super) fn evict_in_idle_time(&mut self, t_ns: u64) -> DevResult<()> {
-        if !self.paced_eviction || !self.timer.idle_at(t_ns) {
+        if !(self.paced_eviction || self.idle_eviction) || !self.timer.idle_at(t_ns) {
             return Ok(());
         }
         let from = self.timer.busy_until();
         let per = self.layout.slots_per_page as usize;
-        while let Some(victim) = self.evicting {
+        loop {
+            if self.idle_eviction
+                && self.evicting.is_none()
+                && self.free_slc.len() as u32 <= self.slc_evict_free
+            {
+                self.evicting = self.choose_victim();
+            }
+            let Some(victim) = self.evicting else { break };
             if self.timer.busy_until() >= t_ns {
                 break;
             }
