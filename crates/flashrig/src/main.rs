@@ -9,6 +9,13 @@ use flashrig::error::Error;
 use flashrig::run::render_summary;
 use flashrig_runtime::RuntimeKind;
 
+/// mimalloc instead of the system allocator: the simulated engines allocate per I/O (request
+/// buffers, per-read tables), and glibc's malloc spent 12-15% of a FusionRAID trace replay's
+/// wall time in `_int_malloc` and `malloc_consolidate` (docs/benchmarks.md, "reproduce
+/// scalaafa"). Results do not depend on the allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "flashrig",

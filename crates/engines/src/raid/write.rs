@@ -335,7 +335,7 @@ impl Raid {
                 // retries it.
                 self.write_span_locked(&sp, bytes, WriteHints::NONE).await?;
             }
-            cache.written(stripe, &entry);
+            cache.written(stripe, entry);
         }
         Ok(())
     }

@@ -96,18 +96,22 @@ impl Inner {
             }
             plan
         };
-        buf.fill(0);
         let runs = runs(&plan, self.geo.chunk_blocks);
         let mut rest = buf;
         let mut at = 0u64;
         let mut futs = Vec::with_capacity(runs.len());
+        // Blocks no run covers (never written or trimmed) read as zeros; the runs' blocks are
+        // filled by their reads, so only the gaps are zeroed.
         for run in &runs {
-            let (_, tail) = std::mem::take(&mut rest).split_at_mut((run.first - at) as usize * bs);
+            let (gap, tail) =
+                std::mem::take(&mut rest).split_at_mut((run.first - at) as usize * bs);
+            gap.fill(0);
             let (head, tail) = tail.split_at_mut(run.count as usize * bs);
             rest = tail;
             at = run.first + run.count as u64;
             futs.push(self.read_run(run.loc, run.count, head, lba + run.first));
         }
+        rest.fill(0);
         let results = join_all(futs).await;
         {
             let mut t = self.tables.lock();

@@ -16,6 +16,7 @@ use rustc_hash::FxHashMap;
 
 use super::gc::VictimPolicy;
 use super::slc::Evictor;
+use super::trims::TrimTable;
 use crate::config::{FtlPolicy, SlcEviction, SsdConfig, TransientPlacement};
 use crate::media::compacted::{self, Compacted, Packing, COMPACTED_LPN};
 use crate::media::image::{LineEntry, NandImage, SlotHeader};
@@ -244,7 +245,7 @@ pub struct PageMap {
     pub(super) open: [Option<u32>; STREAMS],
     /// Durable trim records: unit -> sequence number of its newest trim not yet superseded
     /// by a programmed write. Kept in a reserved system area (not modelled as NAND capacity).
-    pub(super) trims: FxHashMap<u32, u64>,
+    pub(super) trims: TrimTable,
     pub(super) seq: u64,
     pub(super) gc_policy: Box<dyn VictimPolicy>,
     pub(super) evictor: Box<dyn Evictor>,
@@ -315,7 +316,7 @@ impl PageMap {
             free_slc: (0..layout.slc_lines).collect(),
             free_dense: (layout.slc_lines..layout.lines).collect(),
             open: [None; STREAMS],
-            trims: FxHashMap::default(),
+            trims: TrimTable::new(layout.logical_ius),
             seq: 1,
             gc_policy: super::gc::policy(f.gc_policy),
             evictor: super::slc::evictor(f.slc_evictor, f.slc_transient_factor),
@@ -596,11 +597,7 @@ impl PageMap {
                             if stream.slc() && !slc {
                                 self.counters.slc_bypassed_units += 1;
                             }
-                            if !self.trims.is_empty()
-                                && self.trims.get(&w.lpn).is_some_and(|&ts| ts < w.seq)
-                            {
-                                self.trims.remove(&w.lpn);
-                            }
+                            self.trims.supersede(w.lpn, w.seq);
                             self.counters.host_slots += 1;
                         }
                         let line = &mut self.lines[l as usize];
@@ -1028,9 +1025,7 @@ impl PageMap {
         for sec in &table.sections {
             let old = self.l2p_replace(sec.lpn, ppa);
             self.chain_push(sec.lpn, old);
-            if !self.trims.is_empty() && self.trims.get(&sec.lpn).is_some_and(|&ts| ts < sec.seq) {
-                self.trims.remove(&sec.lpn);
-            }
+            self.trims.supersede(sec.lpn, sec.seq);
         }
         self.counters.mv_compacted_pages += 1;
         self.counters.mv_compacted_units += table.sections.len() as u64;

@@ -21,6 +21,7 @@ pub mod hostif;
 pub mod inplace;
 pub mod recover;
 pub mod slc;
+pub mod trims;
 pub mod zoned;
 
 use flashrig_blockdev::zones::ZoneTable;

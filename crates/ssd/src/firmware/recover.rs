@@ -124,7 +124,7 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
 
     // Step 2: a trim newer than the newest copy unmaps the unit.
     let mut trimmed = 0u64;
-    for (&lpn, &tseq) in &ftl.trims {
+    for (lpn, tseq) in ftl.trims.iter() {
         max_seq = max_seq.max(tseq);
         if best.get(&lpn).is_some_and(|&(seq, _)| seq < tseq) {
             best.remove(&lpn);
@@ -136,10 +136,10 @@ pub(super) fn recover(ftl: &mut PageMap, t_ns: u64) -> Vec<RecoveryStep> {
     let mut chained: rustc_hash::FxHashMap<u32, (u64, Vec<Version>)> = partial_best
         .iter()
         .filter(|lpn| best.contains_key(lpn))
-        .map(|&lpn| (lpn, (ftl.trims.get(&lpn).copied().unwrap_or(0), Vec::new())))
+        .map(|&lpn| (lpn, (ftl.trims.get(lpn).unwrap_or(0), Vec::new())))
         .collect();
     // Trims older than a unit's newest copy are superseded (the write path drops them too).
-    ftl.trims.retain(|lpn, tseq| best.get(lpn).is_none_or(|&(seq, _)| seq <= *tseq));
+    ftl.trims.retain(|lpn, tseq| best.get(&lpn).is_none_or(|&(seq, _)| seq <= tseq));
     log.push(RecoveryStep {
         name: STEPS[1],
         detail: format!("{} trim records, {trimmed} units unmapped", ftl.trims.len()),
@@ -332,8 +332,8 @@ pub(super) fn load_image(
         check_seq(seq, &format!("the trim record of unit {lpn}"))?;
     }
     for (lpn, seq) in loaded.trims {
-        let t = ftl.trims.entry(lpn).or_insert(seq);
-        *t = (*t).max(seq);
+        let newest = ftl.trims.get(lpn).unwrap_or(0).max(seq);
+        ftl.trims.insert(lpn, newest);
     }
     let created = loaded.created;
     ftl.persist = Some(super::ftl::Persist { img, gens });
@@ -352,7 +352,7 @@ pub(super) fn load_image(
     power_loss(ftl);
     steps.extend(recover(ftl, 0));
     // Trim records a later write superseded are gone from the table now: keep the rest.
-    let live: Vec<(u32, u64)> = ftl.trims.iter().map(|(&l, &s)| (l, s)).collect();
+    let live: Vec<(u32, u64)> = ftl.trims.iter().collect();
     if let Some(p) = ftl.persist.as_mut() {
         p.img.compact_trims(live.into_iter())?;
     }
