@@ -223,7 +223,7 @@ impl Stream {
 /// Number of open-line streams ([`Stream`]).
 pub const STREAMS: usize = 4;
 
-const L2P_CHUNK: usize = 1 << 16;
+pub(super) const L2P_CHUNK: usize = 1 << 16;
 
 /// MV-FTL: the most versions one logical unit may have; a partial unit that would make more
 /// is completed by a read-modify-write instead (which merges the chain), so a read never

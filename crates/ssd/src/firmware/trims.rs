@@ -9,8 +9,8 @@
 //! replay's wall time in cache misses, because ScalaAFA trims every backup copy it converts
 //! and rewrites the same units soon after (docs/benchmarks.md, "reproduce scalaafa").
 
-/// Units per chunk: the L2P's chunk size, so a chunk covers the units of one L2P chunk.
-const CHUNK_UNITS: usize = 1 << 16;
+/// Units per chunk: the L2P's, so a chunk of records covers the units of one L2P chunk.
+const CHUNK_UNITS: usize = super::ftl::L2P_CHUNK;
 
 /// Trim records, unit -> sequence number (0 stands for "no record": write sequence numbers
 /// start at 1, and a trim with sequence number 0 would supersede nothing).
