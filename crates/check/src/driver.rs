@@ -284,9 +284,11 @@ pub async fn run_ops(
 
 async fn slot(dev: DevRef, state: Arc<Mutex<State>>, g: Arc<Geometry>, cfg: CheckConfig) {
     loop {
-        let paused_until = state.lock().paused_until_ns;
-        if paused_until > now_ns() {
-            sleep_ns(paused_until - now_ns()).await;
+        // One reading of the clock: on the real-thread runtime it moves between two calls,
+        // and the second could pass `paused_until` (CI run of 2f1b660: subtract overflow).
+        let (paused_until, now) = (state.lock().paused_until_ns, now_ns());
+        if paused_until > now {
+            sleep_ns(paused_until - now).await;
             continue;
         }
         let picked = {
