@@ -144,6 +144,21 @@ pub fn diagnose_keys<K: RunKey>(keys: &[&K], r: &Results<K>) -> Vec<String> {
                     size_of_units(bypassed)
                 );
             }
+            // The engines' waits, as the one-run diagnosis names them.
+            let sum = |name: &str| -> u64 {
+                runs.iter()
+                    .map(|run| run.result.layers.counters.get(name).copied().unwrap_or(0))
+                    .sum()
+            };
+            for (name, what) in [
+                ("delayed_writes", "writes waited for host conversion"),
+                ("conversions_host", "stripes converted on the host"),
+                ("grant_waits", "writes waited for a hero grant"),
+            ] {
+                if sum(name) > 0 {
+                    slc += &format!(", {} {what} in all", sum(name));
+                }
+            }
             format!(
                 "{system}: host-bound in {host} of {} runs (busiest reactor {:.0}-{:.0}%){slc}",
                 runs.len(),

@@ -3,7 +3,7 @@
 //! are not here: they are inputs of the kernel cost profile (docs/cost-model.md), shown beside
 //! ours under Fig. 11 but not compared.
 
-use super::{arr, Key, FSR_CONV, FUSION, MDRAID, RAID5F, SCALA, SCALA_CO, SCALA_FAMILY};
+use super::{arr, fig15_key, Key, FSR_CONV, FUSION, MDRAID, RAID5F, SCALA, SCALA_CO, SCALA_FAMILY};
 use crate::core::{Claim, Direction, Eval, Metric, Unit};
 
 /// The paper's emulated SSD: "7500 MB/s and 4890 MB/s peak read and write bandwidths" (§6.1).
@@ -260,7 +260,7 @@ pub(super) const FIG15_PATTERNS: [(&str, &str); 4] = [
 
 pub(super) fn fig15() -> Vec<Claim<Key>> {
     let pairs = |a: &str, b: &str| -> Vec<(Key, Key)> {
-        FIG15_PATTERNS.iter().map(|(p, _)| (arr(a, 4, 1, p, 1), arr(b, 4, 1, p, 1))).collect()
+        FIG15_PATTERNS.iter().map(|(p, _)| (fig15_key(a, p), fig15_key(b, p))).collect()
     };
     let mut v = vec![
         Claim::new(
@@ -298,7 +298,7 @@ pub(super) fn fig15() -> Vec<Claim<Key>> {
                 "§6.5: \"ScalaAFA improves the performance by 39.6%, 36.1%, 37.9%, and 34.0% \
                  for 64 KB sequential and random write, full-stripe sequential and random \
                  write\"",
-                Eval::Ratio(arr(SCALA, 4, 1, p, 1), arr(SCALA_CO, 4, 1, p, 1), Metric::WriteGbps),
+                Eval::Ratio(fig15_key(SCALA, p), fig15_key(SCALA_CO, p), Metric::WriteGbps),
             )
             .asserts(MORE),
         );

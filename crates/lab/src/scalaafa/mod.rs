@@ -70,8 +70,8 @@ const FULL_SCALE_RUNTIME_MS: u64 = 1000;
 /// How long the full run (`flashrig reproduce scalaafa`, no `--quick`) took on the
 /// development machine (2 vCPUs), stated in the document.
 const FULL_RUN_WALL_TIME: &str =
-    "under 4 minutes (212 and 231 s in two runs on 2026-11-25, 164 runs on 2 worker \
-     threads; peak memory 19.9 GB)";
+    "about 5 minutes (299 and 301 s in two runs on 2026-11-27, 186 runs on 2 worker threads; \
+     peak memory 0.72 GiB)";
 
 /// What a run measured the paper's system on: a microbenchmark or a trace.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -87,6 +87,13 @@ enum Key {
     Trace {
         system: String,
         trace: String,
+    },
+    /// A Fig. 15 run (4+1, one I/O thread): like `Array`, but measured over the window of
+    /// `phase::conversion_window_ms`, long enough that the reserve of free VHs cannot carry an
+    /// engine that converts slowly; every system of the figure over the same window.
+    Sources {
+        system: String,
+        pattern: String,
     },
     /// One member SSD alone under Fig. 11's workload with `threads` jobs (the S of the ideal),
     /// fresh or preconditioned as a member of a 4+1 ScalaAFA at its conversion point (the S of
@@ -105,7 +112,9 @@ enum Key {
 impl RunKey for Key {
     fn system(&self) -> Option<&str> {
         match self {
-            Key::Array { system, .. } | Key::Trace { system, .. } => Some(system),
+            Key::Array { system, .. } | Key::Trace { system, .. } | Key::Sources { system, .. } => {
+                Some(system)
+            }
             Key::Single { .. } | Key::ScaleCheck { .. } => None,
         }
     }
@@ -123,6 +132,11 @@ enum CheckScale {
 
 fn arr(system: &str, k: usize, m: usize, pattern: &str, threads: u32) -> Key {
     Key::Array { system: system.into(), k, m, pattern: pattern.into(), threads }
+}
+
+/// The run that stands for `system` in Fig. 15.
+fn fig15_key(system: &str, pattern: &str) -> Key {
+    Key::Sources { system: system.into(), pattern: pattern.into() }
 }
 
 fn tr(system: &str, trace: &str) -> Key {
