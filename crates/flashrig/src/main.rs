@@ -114,6 +114,14 @@ enum Command {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
+    /// Arm, disarm or list the faults of a served stack's `inject` layers through the socket
+    /// that `flashrig serve ... --control SOCKET` listens on (docs/inject.md).
+    Inject {
+        /// The server's control socket.
+        socket: PathBuf,
+        #[command(subcommand)]
+        action: InjectCommand,
+    },
     /// Serve a device stack to real clients until SIGINT or SIGTERM (the real runtime).
     Serve {
         #[command(subcommand)]
@@ -228,6 +236,32 @@ struct ServeArgs {
     /// time); each report goes to stderr.
     #[arg(long, value_name = "SECONDS")]
     scrub_every: Option<f64>,
+    /// Listen on this Unix socket for `flashrig inject` requests that arm and disarm the
+    /// faults of the stack's `inject` layers while it serves.
+    #[arg(long, value_name = "SOCKET")]
+    control: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum InjectCommand {
+    /// List the armed faults: layer, id, kind, injections so far.
+    List,
+    /// Arm a fault, given as the lines of its table in the configuration's TOML form, e.g.
+    /// `arm 'kind = "read-error"' 'lba = 5' 'nth = 2'`; prints its id.
+    Arm {
+        /// The inject layer, when the stack has more than one.
+        #[arg(long)]
+        layer: Option<String>,
+        #[arg(required = true, value_name = "KEY = VALUE")]
+        fields: Vec<String>,
+    },
+    /// Disarm the fault with this id.
+    Disarm {
+        /// The inject layer, when the stack has more than one.
+        #[arg(long)]
+        layer: Option<String>,
+        id: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -878,6 +912,7 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
         }
         Command::Trace { command } => trace(command),
         Command::Serve { frontend } => serve(frontend),
+        Command::Inject { socket, action } => inject(&socket, action),
         Command::Reproduce { paper: ReproduceCommand::Scalaafa { common, traces } } => {
             use flashrig::lab::scalaafa::{self, Options};
             let opts = Options {
@@ -1098,6 +1133,23 @@ fn debug(cmd: DebugCommand) -> Result<(), Error> {
     }
 }
 
+fn inject(socket: &std::path::Path, action: InjectCommand) -> Result<(), Error> {
+    use flashrig::faultctl::{request, Request};
+    let req = match action {
+        InjectCommand::List => Request::List,
+        InjectCommand::Arm { layer, fields } => Request::Arm { layer, fault: fields.join("\n") },
+        InjectCommand::Disarm { layer, id } => Request::Disarm { layer, id },
+    };
+    let reply = request(socket, &req)?;
+    if let Some(id) = reply.id {
+        println!("armed fault {id}");
+    }
+    for f in reply.faults.unwrap_or_default() {
+        println!("{} {} {} fired {}", f.layer, f.id, f.kind, f.fired);
+    }
+    Ok(())
+}
+
 fn serve(frontend: ServeCommand) -> Result<(), Error> {
     use flashrig::serve::{serve, ServeOptions, StartFrontend};
     let (common, start): (ServeArgs, StartFrontend) = match frontend {
@@ -1159,6 +1211,7 @@ fn serve(frontend: ServeCommand) -> Result<(), Error> {
         quiet: common.quiet,
         stats: common.stats,
         scrub_every_s: common.scrub_every,
+        control: common.control,
     };
     serve(cfg, opts, start).map(|_| ())
 }

@@ -273,6 +273,34 @@ fn bad_configurations_are_named_and_exit_2() {
         &["--runtime", "sim"],
         &["runtime_ms", "never reached"],
     );
+    // A fault of the inject layer: a field of another kind, an unknown kind, an unknown key.
+    let inject = "[device]\ntype = \"inject\"\nmember = { type = \"ram\", capacity = \"1MiB\" }\n";
+    expect_bad_input(
+        d,
+        &format!("{inject}[[device.faults]]\nkind = \"lost\"\nbits = 2\n"),
+        &[],
+        &["device.faults[0]", "`bits` does not apply to kind = \"lost\""],
+    );
+    expect_bad_input(
+        d,
+        &format!(
+            "{inject}[[device.faults]]\nkind = \"lost\"\n[[device.faults]]\nkind = \"melt\"\n"
+        ),
+        &[],
+        &["device.faults[1]", "melt"],
+    );
+    expect_bad_input(
+        d,
+        &format!("{inject}[[device.faults]]\nkind = \"lost\"\nlbaa = 3\n"),
+        &[],
+        &["lbaa"],
+    );
+    expect_bad_input(
+        d,
+        &format!("{inject}[[device.faults]]\nkind = \"lost\"\nlba = 300\n"),
+        &[],
+        &["device", "faults[0]", "outside the device's 256 blocks"],
+    );
     // Bad command-line input.
     expect_bad_input(d, "", &["--seed", "minus-one"], &["--seed"]);
     expect_bad_input(d, "", &["--json", "/nonexistent-dir/r.json"], &["--json"]);
@@ -958,4 +986,36 @@ fn help_lists_every_command_without_promises() {
     let help = text(&out.stdout);
     assert!(!help.contains("later"), "emulated SSDs are here: {help}");
     assert!(help.contains("\n  debug "), "the README uses `flashrig debug`: {help}");
+}
+
+/// The `inject` layer in a user's run: its log file holds one JSON line per injection, as many
+/// as the result's inject layer counts, and the same seed gives the same log.
+#[test]
+fn an_inject_run_logs_every_injection_and_repeats_under_its_seed() {
+    let dir = scratch();
+    let run = |name: &str| {
+        let log = dir.path().join(format!("{name}.jsonl"));
+        let body = format!(
+            "seed = 1\nruntime = \"sim\"\n[device]\ntype = \"inject\"\nseed = 3\nlog = {:?}\n\
+             member = {{ type = \"ssd\", preset = \"tiny\", payload = \"full\" }}\n\
+             [[device.faults]]\nkind = \"corrupt\"\nprobability = 0.05\n\
+             [[device.faults]]\nkind = \"lost\"\nops = \"write\"\nlba = 7\nnth = 2\n\
+             [workload]\nrw = \"randrw\"\nbs = \"4KiB\"\niodepth = 8\nrange = \"64KiB\"\nsize = \"4MiB\"\n",
+            log.to_str().unwrap()
+        );
+        let cfg = write(dir.path(), &format!("{name}.toml"), &body);
+        let json = dir.path().join(format!("{name}.json"));
+        let out = flashrig(&["run", cfg.to_str().unwrap(), "--json", json.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("faults injected"), "{}", text(&out.stdout));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+        assert_eq!(v["layers"]["kind"], "inject");
+        let counted = v["layers"]["counters"]["injections"].as_u64().unwrap();
+        let lines = std::fs::read_to_string(log).unwrap();
+        assert_eq!(lines.lines().count() as u64, counted, "{lines}");
+        assert!(lines.lines().any(|l| l.contains("\"kind\":\"lost\"") && l.contains("\"lba\":7")));
+        assert!(counted > 1, "{lines}");
+        lines
+    };
+    assert_eq!(run("a"), run("b"), "the same seeds injected different faults");
 }

@@ -12,14 +12,13 @@
 //! build.
 
 mod common;
-use common::{assert_same_reproduction, reproduce_smoke, scratch};
+use common::{assert_same_reproduction, reproduce_smoke_twice, scratch};
 
 #[test]
 fn reproduce_smoke_is_the_same_with_one_worker_and_two() {
     let (one, two) = (scratch(), scratch());
     // No real traces: every Table 2 row is synthetic (the path is relative, so the same in
     // both runs).
-    reproduce_smoke(one.path(), "scalaafa", "1", &["--traces", "no-traces"]);
-    reproduce_smoke(two.path(), "scalaafa", "2", &["--traces", "no-traces"]);
+    reproduce_smoke_twice(one.path(), two.path(), "scalaafa", &["--traces", "no-traces"]);
     assert_same_reproduction(one.path(), two.path(), "scalaafa", 41);
 }

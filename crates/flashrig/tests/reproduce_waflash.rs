@@ -14,15 +14,14 @@
 //! reproduction.
 
 mod common;
-use common::{assert_same_reproduction, reproduce_smoke, scratch};
+use common::{assert_same_reproduction, reproduce_smoke_twice, scratch};
 
 const OUT: &str = "reproduce-results/waflash-smoke";
 
 #[test]
 fn reproduce_waflash_smoke_writes_every_figure_and_is_deterministic() {
     let (one, two) = (scratch(), scratch());
-    reproduce_smoke(one.path(), "waflash", "1", &[]);
-    reproduce_smoke(two.path(), "waflash", "2", &[]);
+    reproduce_smoke_twice(one.path(), two.path(), "waflash", &[]);
     let doc_path = one.path().join(OUT).join("reproduce-waflash.md");
     let doc = std::fs::read_to_string(&doc_path).expect("the document");
     assert!(!doc.contains("## Runs that failed"), "{doc}");

@@ -5,7 +5,8 @@
 //! connections; SIGTERM with a client connected ends the server with status 0 after a flush;
 //! what a client flushed survives a SIGKILL of the server (raid and scala over files, found
 //! again when the server restarts); bad configurations and addresses exit with status 2;
-//! `--partitions` exports that nbdinfo lists and qemu-io writes into, each at its own offset.
+//! `--partitions` exports that nbdinfo lists and qemu-io writes into, each at its own offset;
+//! faults armed through `--control` with `flashrig inject` fail a client's read.
 //!
 //! Method: the real binary serves a TOML configuration from a scratch directory, on a Unix
 //! socket or TCP on a free loopback port; the test waits for its "serving ... at URI" line on
@@ -577,4 +578,59 @@ fn partition_exports_are_listed_by_nbdinfo_and_written_by_qemu_io() {
     );
     assert!(!out.contains("Pattern verification failed"), "{out}");
     server.stop();
+}
+
+/// `flashrig inject` arms and disarms faults of a served `inject` layer while qemu-io reads
+/// through it: a read error armed for the next read of block 5 fails exactly that read, `list`
+/// shows it fired once, and a bad fault or an unknown id exits 2 with the reason.
+#[test]
+fn faults_armed_at_run_time_fail_a_clients_read() {
+    require!("qemu-io");
+    let dir = scratch();
+    let control = dir.path().join("control");
+    let stack = "[device]\ntype = \"inject\"\nmember = { type = \"ram\", capacity = \"16MiB\" }\n";
+    let server = Server::start(
+        dir.path(),
+        stack,
+        Where::Socket(&dir.path().join("s")),
+        &["--control", control.to_str().unwrap()],
+    );
+    let ctl = |args: &[&str]| {
+        let mut all = vec!["inject", control.to_str().unwrap()];
+        all.extend_from_slice(args);
+        flashrig(&all)
+    };
+    let qemu_io = |cmd: &str| {
+        Command::new("qemu-io").args(["-f", "raw", "-c", cmd, &server.uri]).output().unwrap()
+    };
+    let read_5 = "read -P 0x5a 20480 4096";
+    assert!(qemu_io("write -P 0x5a 16384 12288").status.success());
+    let armed = ctl(&["arm", "kind = \"read-error\"", "lba = 5", "nth = 1"]);
+    assert!(armed.status.success(), "{}", text(&armed.stderr));
+    assert_eq!(text(&armed.stdout).trim(), "armed fault 0");
+    let failed = qemu_io(read_5);
+    let said = format!("{}{}", text(&failed.stdout), text(&failed.stderr));
+    assert!(said.contains("Input/output error"), "the read did not fail: {said}");
+    // Fired once (nth = 1): the next read passes and finds the data intact.
+    let again = qemu_io(read_5);
+    assert!(again.status.success() && !text(&again.stdout).contains("failed"), "{again:?}");
+    let list = ctl(&["list"]);
+    assert_eq!(text(&list.stdout).trim(), "inject 0 read-error fired 1");
+    assert!(ctl(&["disarm", "0"]).status.success());
+    assert_eq!(text(&ctl(&["list"]).stdout), "");
+    for (args, says) in [
+        (vec!["arm", "kind = \"melt\""], "melt"),
+        (vec!["arm", "kind = \"lost\"", "lba = 99999"], "outside the device"),
+        (vec!["disarm", "7"], "no fault 7"),
+        (vec!["arm", "--layer", "other", "kind = \"lost\""], "no inject layer named"),
+    ] {
+        let out = ctl(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(text(&out.stderr).contains(says), "{args:?}: {}", text(&out.stderr));
+    }
+    server.stop();
+    assert!(!control.exists(), "the control socket is removed when serving stops");
+    let gone = ctl(&["list"]);
+    assert_eq!(gone.status.code(), Some(2));
+    assert!(text(&gone.stderr).contains("no flashrig control socket"));
 }

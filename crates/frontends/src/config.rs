@@ -7,6 +7,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use flashrig_devices::IoEngine;
+use flashrig_engines::inject::FaultConfig;
 use flashrig_engines::wbcache::{CleaningPolicy, SeqCutoffPolicy};
 use flashrig_runtime::RuntimeKind;
 use flashrig_ssd::SsdConfig;
@@ -108,6 +109,7 @@ pub enum DeviceConfig {
     Dmzoned(DmzonedConfig),
     Zoned(ZonedConfig),
     Csal(CsalConfig),
+    Inject(InjectConfig),
 }
 
 /// An emulated SSD: a named `preset` and any keys that override it (see
@@ -247,6 +249,25 @@ pub struct ZonedConfig {
     /// Zones active (open or closed) at once (0: no limit).
     #[serde(default)]
     pub max_active_zones: u32,
+    pub member: Box<DeviceConfig>,
+}
+
+/// `inject`: SSD faults over one device (jaffer-thesis-2023.txt §2.4; crates/engines/src/inject,
+/// docs/inject.md). Each entry of `faults` is one fault; see `FaultConfig` for its fields.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InjectConfig {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Seeds the faults' random decisions (probability, random corruption).
+    #[serde(default)]
+    pub seed: u64,
+    /// A JSON-lines file that receives one line per injection (default: kept in memory and
+    /// counted in the layer's metrics only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<FaultConfig>,
     pub member: Box<DeviceConfig>,
 }
 
@@ -1049,6 +1070,7 @@ fn device_error(v: &toml::Spanned<toml::de::DeValue>) -> Option<(String, Range<u
                 Some((Some("wbcache"), _)) => WbcacheConfig::deserialize(de()).err(),
                 Some((Some("dmzoned"), _)) => DmzonedConfig::deserialize(de()).err(),
                 Some((Some("csal"), _)) => CsalConfig::deserialize(de()).err(),
+                Some((Some("inject"), _)) => InjectConfig::deserialize(de()).err(),
                 // An unknown or malformed type: serde's message, pointing at the type.
                 Some((_, k)) => {
                     let mut only = toml::de::DeTable::new();
@@ -1145,6 +1167,14 @@ fn validate_device(d: &DeviceConfig, at: &str) -> Result<(), String> {
                 ));
             }
             validate_device(&z.member, &format!("{at}.member"))?;
+        }
+        DeviceConfig::Inject(j) => {
+            // The block size is the member's, known once the stack is built, which checks
+            // what depends on it.
+            for (i, f) in j.faults.iter().enumerate() {
+                f.check().map_err(|e| format!("{at}.faults[{i}]: {e}"))?;
+            }
+            validate_device(&j.member, &format!("{at}.member"))?;
         }
         DeviceConfig::Csal(c) => {
             if c.members.len() != 2 {
@@ -1294,6 +1324,9 @@ fn check_reactor_choices(d: &DeviceConfig, at: &str, reactors: usize) -> Result<
         DeviceConfig::Stripe(s) => (&s.members, &s.member),
         DeviceConfig::Zoned(z) => {
             return check_reactor_choices(&z.member, &format!("{at}.member"), reactors)
+        }
+        DeviceConfig::Inject(j) => {
+            return check_reactor_choices(&j.member, &format!("{at}.member"), reactors)
         }
         DeviceConfig::Csal(c) => {
             if let Some(r) = c.internal_reactor {

@@ -10,6 +10,7 @@ pub mod counters;
 pub mod crashcheck;
 pub mod distribution;
 pub mod error;
+pub mod faultctl;
 pub mod fiojob;
 pub mod replay;
 pub mod report;

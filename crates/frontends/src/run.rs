@@ -643,8 +643,20 @@ fn render_ssd_totals(layer: &flashrig_metrics::LayerSnapshot, out: &mut String) 
     ));
 }
 
-/// One line per emulated SSD in the stack: write amplification, GC and wear.
+/// One line per emulated SSD in the stack (write amplification, GC and wear) and per fault
+/// layer (its injections by kind).
 fn render_ssd_layers(layer: &flashrig_metrics::LayerSnapshot, out: &mut String) {
+    if layer.kind == "inject" {
+        let kinds: Vec<String> = layer
+            .counters
+            .iter()
+            .filter_map(|(k, n)| Some(format!("{} {}", k.strip_prefix("injected_")?, n)))
+            .collect();
+        let total = layer.counters.get("injections").copied().unwrap_or(0);
+        let by_kind =
+            if kinds.is_empty() { String::new() } else { format!(" ({})", kinds.join(", ")) };
+        out.push_str(&format!("  {}: {total} faults injected{by_kind}\n", layer.name));
+    }
     if layer.kind == "ssd" {
         let v = |k: &str| layer.values.get(k).copied().unwrap_or(f64::NAN);
         let c = |k: &str| layer.counters.get(k).copied().unwrap_or(0);
@@ -762,6 +774,9 @@ pub fn describe_device(d: &DeviceConfig) -> String {
         },
         DeviceConfig::Nbd(n) => format!("nbd({})", n.uri),
         DeviceConfig::Zoned(z) => format!("zoned({}) over {}", z.zone, describe_device(&z.member)),
+        DeviceConfig::Inject(j) => {
+            format!("inject({} faults) over {}", j.faults.len(), describe_device(&j.member))
+        }
         DeviceConfig::Csal(c) => format!(
             "csal({} tenants) over [{}]",
             c.tenants,

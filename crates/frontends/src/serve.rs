@@ -39,6 +39,8 @@ pub struct ServeOptions {
     pub stats: Option<std::path::PathBuf>,
     /// Scrub the stack every this many seconds while serving (SIGUSR1 starts one at any time).
     pub scrub_every_s: Option<f64>,
+    /// Listen on this Unix socket for `flashrig inject` requests (crate::faultctl).
+    pub control: Option<std::path::PathBuf>,
 }
 
 /// What the server did, for the closing line.
@@ -85,6 +87,7 @@ pub fn serving_config(mut cfg: Config, opts: &ServeOptions) -> Config {
                 return;
             }
             DeviceConfig::Zoned(z) => return visit(&mut z.member, format),
+            DeviceConfig::Inject(j) => return visit(&mut j.member, format),
             DeviceConfig::Csal(c) => {
                 for m in c.members.iter_mut() {
                     visit(m, format);
@@ -140,7 +143,15 @@ pub fn serve(cfg: Config, opts: ServeOptions, start: StartFrontend) -> Result<Se
     let device = cfg.device.clone();
     let stats_path = opts.stats.clone();
     let (res, _stats) = flashrig_runtime::run(RuntimeKind::Real, reactors, move || async move {
-        let dev = crate::stack::build(&device).await?;
+        let (dev, fault_layers) = crate::stack::build_with_fault_layers(&device).await?;
+        // Dropped when serving ends, which stops it listening and removes its socket file.
+        let _control = match &opts.control {
+            Some(path) => Some(crate::faultctl::ControlSocket::listen(
+                path,
+                crate::faultctl::FaultLayers(fault_layers),
+            )?),
+            None => None,
+        };
         let handle = flashrig_runtime::handle().expect("serve runs on the real runtime");
         let export = Export::new(&dev.info().name.clone(), dev, handle, opts.read_only);
         let mut frontend = start(export.clone())

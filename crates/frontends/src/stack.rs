@@ -7,6 +7,7 @@ use std::sync::Arc;
 use flashrig_blockdev::DevRef;
 use flashrig_devices::{FileDevice, FileOptions, NbdDevice, NbdOptions, NbdUri, RamDevice};
 use flashrig_engines::csal::RecoveryMode;
+use flashrig_engines::inject::{Inject, InjectionLog};
 use flashrig_engines::raid::WriteMode;
 use flashrig_engines::scala::{ConversionMode, Scala, ScalaOptions};
 use flashrig_engines::{
@@ -32,6 +33,23 @@ pub async fn build(cfg: &DeviceConfig) -> Result<DevRef, Error> {
     build_at(cfg, &default_name(cfg, None), "device").await
 }
 
+thread_local! {
+    /// The `inject` layers built on this thread since [`build_with_fault_layers`] began.
+    static FAULT_LAYERS: std::cell::RefCell<Vec<Arc<Inject>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Builds the stack as [`build`] does, and returns with it its `inject` layers, top first, so
+/// that a server can arm and disarm their faults while it runs (crate::faultctl). A stack is
+/// built by one task on one reactor, so the layers are collected on that thread.
+pub async fn build_with_fault_layers(
+    cfg: &DeviceConfig,
+) -> Result<(DevRef, Vec<Arc<Inject>>), Error> {
+    FAULT_LAYERS.with(|l| l.borrow_mut().clear());
+    let dev = build(cfg).await;
+    let layers = FAULT_LAYERS.with(|l| std::mem::take(&mut *l.borrow_mut()));
+    Ok((dev?, layers))
+}
+
 type Building<'a> = Pin<Box<dyn Future<Output = Result<DevRef, Error>> + 'a>>;
 
 fn default_name(cfg: &DeviceConfig, index: Option<usize>) -> String {
@@ -49,6 +67,7 @@ fn default_name(cfg: &DeviceConfig, index: Option<usize>) -> String {
         DeviceConfig::Dmzoned(_) => "dmzoned",
         DeviceConfig::Zoned(_) => "zoned",
         DeviceConfig::Csal(_) => "csal",
+        DeviceConfig::Inject(_) => "inject",
     };
     match index {
         Some(i) => format!("{kind}{i}"),
@@ -231,6 +250,28 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
         DeviceConfig::Ssd(spec) => {
             let name = spec.0.name.clone().unwrap_or_else(|| default.to_string());
             Arc::new(Ssd::new(&name, &spec.0).map_err(|e| Error::Stack(format!("{at}: {e}")))?)
+        }
+        DeviceConfig::Inject(j) => {
+            let name = j.name.clone().unwrap_or_else(|| default.to_string());
+            let member =
+                build_at(&j.member, &default_name(&j.member, Some(0)), &format!("{at}.member"))
+                    .await?;
+            let bs = member.info().block_size;
+            let mut faults = Vec::with_capacity(j.faults.len());
+            for (i, f) in j.faults.iter().enumerate() {
+                faults.push(f.to_spec(bs).map_err(|e| stack_err(&format!("{at}.faults[{i}]"), e))?);
+            }
+            let log = match &j.log {
+                Some(path) => InjectionLog::to_file(path).map_err(|e| {
+                    stack_err(&format!("{at}.log"), format!("{}: {e}", path.display()))
+                })?,
+                None => InjectionLog::in_memory(),
+            };
+            let layer = Arc::new(
+                Inject::new(&name, member, faults, j.seed, log).map_err(|e| stack_err(at, e))?,
+            );
+            FAULT_LAYERS.with(|l| l.borrow_mut().push(layer.clone()));
+            layer
         }
         DeviceConfig::Zoned(z) => {
             let name = z.name.clone().unwrap_or_else(|| default.to_string());

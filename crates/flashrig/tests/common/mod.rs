@@ -42,18 +42,32 @@ pub fn result_files(dir: &std::path::Path) -> std::collections::BTreeMap<String,
         .collect()
 }
 
-/// Runs `flashrig reproduce <paper> --smoke -q -j <workers>` (and `extra`) in `dir`, with the
-/// default outputs (`reproduce-results/<paper>-smoke/`, so that the paths inside two runs'
-/// result files are the same relative paths).
+/// Runs `flashrig reproduce <paper> --smoke` twice at the same time, in `one` with one worker
+/// thread and in `two` with two, and asserts both succeeded. The two processes run side by
+/// side: `cargo test` runs one test binary at a time, so a binary of one test would otherwise
+/// leave the second core idle.
 #[allow(dead_code)]
-pub fn reproduce_smoke(dir: &std::path::Path, paper: &str, workers: &str, extra: &[&str]) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flashrig"))
-        .current_dir(dir)
-        .args(["reproduce", paper, "--smoke", "-q", "-j", workers])
-        .args(extra)
-        .output()
-        .expect("run flashrig");
-    assert!(out.status.success(), "{paper} -j {workers}: {}", text(&out.stderr));
+pub fn reproduce_smoke_twice(
+    one: &std::path::Path,
+    two: &std::path::Path,
+    paper: &str,
+    extra: &[&str],
+) {
+    let start = |dir: &std::path::Path, workers: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_flashrig"))
+            .current_dir(dir)
+            .args(["reproduce", paper, "--smoke", "-q", "-j", workers])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run flashrig")
+    };
+    let runs = [(start(one, "1"), "1"), (start(two, "2"), "2")];
+    for (child, workers) in runs {
+        let out = child.wait_with_output().expect("wait for flashrig");
+        assert!(out.status.success(), "{paper} -j {workers}: {}", text(&out.stderr));
+    }
 }
 
 /// Asserts that the smoke runs of `paper` in `one` and `two` wrote the same document but for

@@ -261,15 +261,30 @@ fn draw_cdf_titled(
         .y_desc("fraction of requests")
         .draw()
         .map_err(|e| e.to_string())?;
-    for (i, r) in runs.iter().enumerate() {
+    draw_labelled_lines(
+        &mut chart,
+        runs.iter().map(|r| {
+            let pts = r.total.latency_cdf.iter().map(|&(ns, f)| ((ns as f64 / 1e3).max(0.1), f));
+            (r.name.clone(), pts.collect())
+        }),
+    )
+}
+
+/// One coloured line per run, each named in the chart's legend.
+fn draw_labelled_lines<'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    lines: impl Iterator<Item = (String, Vec<(f64, f64)>)>,
+) -> Result<(), String>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    for (i, (name, pts)) in lines.enumerate() {
         let c = colour(i);
         chart
-            .draw_series(LineSeries::new(
-                r.total.latency_cdf.iter().map(|&(ns, f)| ((ns as f64 / 1e3).max(0.1), f)),
-                c.stroke_width(2),
-            ))
+            .draw_series(LineSeries::new(pts, c.stroke_width(2)))
             .map_err(|e| e.to_string())?
-            .label(r.name.clone())
+            .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
     chart
@@ -312,20 +327,7 @@ fn draw_throughput(
         .y_desc("MiB/s")
         .draw()
         .map_err(|e| e.to_string())?;
-    for (i, (r, pts)) in runs.iter().zip(&points).enumerate() {
-        let c = colour(i);
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
-            .map_err(|e| e.to_string())?
-            .label(r.name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| e.to_string())
+    draw_labelled_lines(&mut chart, runs.iter().map(|r| r.name.clone()).zip(points))
 }
 
 /// IOPS bars across runs.

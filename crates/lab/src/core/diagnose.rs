@@ -38,6 +38,14 @@ fn size_of_units(units: u64) -> String {
     }
 }
 
+/// The engines' own counters of work that held writes back, with the words both diagnoses
+/// use for them: one table, so a run's line and a comparison's summary name them alike.
+const ENGINE_WAITS: &[(&str, &str)] = &[
+    ("delayed_writes", "writes waited for host conversion"),
+    ("conversions_host", "stripes converted on the host"),
+    ("grant_waits", "writes waited for a hero grant"),
+];
+
 /// What bounded one run, as one line: the top layer's name, then the findings.
 pub fn diagnose(run: &Run) -> String {
     let busy = busiest(run);
@@ -64,18 +72,14 @@ pub fn diagnose(run: &Run) -> String {
         parts.push(format!("SSD GC copied {}", size_of_units(gc)));
     }
     let c = |name: &str| l.counters.get(name).copied().unwrap_or(0);
-    if c("delayed_writes") > 0 {
-        parts.push(format!("{} writes waited for host conversion", c("delayed_writes")));
-    }
     if c("rmw_writes") + c("rcw_writes") > 0 {
         parts
             .push(format!("{} partial-stripe writes (RMW/RCW)", c("rmw_writes") + c("rcw_writes")));
     }
-    if c("conversions_host") > 0 {
-        parts.push(format!("{} stripes converted on the host", c("conversions_host")));
-    }
-    if c("grant_waits") > 0 {
-        parts.push(format!("{} writes waited for a hero grant", c("grant_waits")));
+    for &(name, what) in ENGINE_WAITS {
+        if c(name) > 0 {
+            parts.push(format!("{} {what}", c(name)));
+        }
     }
     // WAFLASH's mechanisms: partial pages reaching the flash and the reads they cost.
     let partial = ssd_counter(l, "partial_writebacks");
@@ -150,13 +154,10 @@ pub fn diagnose_keys<K: RunKey>(keys: &[&K], r: &Results<K>) -> Vec<String> {
                     .map(|run| run.result.layers.counters.get(name).copied().unwrap_or(0))
                     .sum()
             };
-            for (name, what) in [
-                ("delayed_writes", "writes waited for host conversion"),
-                ("conversions_host", "stripes converted on the host"),
-                ("grant_waits", "writes waited for a hero grant"),
-            ] {
-                if sum(name) > 0 {
-                    slc += &format!(", {} {what} in all", sum(name));
+            for &(name, what) in ENGINE_WAITS {
+                let total = sum(name);
+                if total > 0 {
+                    slc += &format!(", {total} {what} in all");
                 }
             }
             format!(

@@ -173,6 +173,7 @@ pub fn reduce_device(d: &mut DeviceConfig, div: (u64, u64)) -> Result<(), String
             return Ok(());
         }
         DeviceConfig::Zoned(z) => return reduce_device(&mut z.member, div),
+        DeviceConfig::Inject(j) => return reduce_device(&mut j.member, div),
         DeviceConfig::Csal(c) => {
             for m in c.members.iter_mut() {
                 reduce_device(m, div)?;

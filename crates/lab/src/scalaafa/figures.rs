@@ -69,8 +69,8 @@ pub(super) fn phases(out: &mut String, r: &Results<Key>, _: &mut Plots) -> Resul
          × k × chunk / m user bytes), enough to carry an engine that converts slowly through \
          a short window. Fig. 15, which compares conversion paths, runs all three of its \
          systems for as long as its ScalaAFA array would take to write ten reserves at its \
-         ideal rate (n / (m + 1) × 4.89 GB/s), so the reserve carries at most a tenth of the \
-         window; FusionRAID, fresh as in Figs. 9-11, crosses its watermark within it.\n"
+         ideal rate (n / (m + 1) × 4.89 GB/s): at that rate the reserve would last a tenth of \
+         the window, and a slower run writes fewer than ten; FusionRAID, fresh as in Figs. 9-11, crosses its watermark within it.\n"
     );
     let _ = writeln!(
         out,

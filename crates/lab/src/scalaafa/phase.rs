@@ -24,7 +24,8 @@
 //! an engine that converts slowly (Scala-CO, on the host) runs on it and looks as fast as one
 //! that keeps up. Fig. 15 compares exactly those two, so its scala runs last as long as the
 //! array would take, at its ideal rate, to write [`CONVERSION_WINDOW_RESERVES`] reserves
-//! ([`conversion_window_ms`]); the reserve then carries at most a tenth of the window. The
+//! ([`conversion_window_ms`]); at that rate the reserve would last a tenth of the window, and
+//! a run slower than the ideal writes fewer than ten reserves in it. The
 //! ideal rate is the replication phase's: every member's NAND programming at its peak
 //! (planes × page ÷ MLC program time), each user byte written m + 1 times.
 //!
