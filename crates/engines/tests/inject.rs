@@ -45,8 +45,9 @@ fn rig(faults: &[&str], seed: u64) -> Rig {
     let member = Arc::new(Volatile::new("m", BS as u32, BLOCKS, 0, Store::default()));
     let specs = faults.iter().map(|f| fault(f).to_spec(BS as u32).unwrap()).collect();
     let below: DevRef = member.clone();
-    let inject =
-        Arc::new(Inject::new("inject", below, specs, seed, InjectionLog::in_memory()).unwrap());
+    let inject = Arc::new(
+        Inject::new("inject", below, specs, seed, InjectionLog::in_memory(), None).unwrap(),
+    );
     Rig { inject, member }
 }
 
@@ -319,7 +320,7 @@ fn the_log_file_holds_one_json_line_per_injection() {
     let member: DevRef = Arc::new(Volatile::new("m", BS as u32, BLOCKS, 0, Store::default()));
     let spec = fault("kind = 'lost'\nlba = 4\nblocks = 2").to_spec(4096).unwrap();
     let log = InjectionLog::to_file(&path).unwrap();
-    let inject = Arc::new(Inject::new("inject", member, vec![spec], 1, log).unwrap());
+    let inject = Arc::new(Inject::new("inject", member, vec![spec], 1, log, None).unwrap());
     let d = inject.clone();
     sim(async move || write(d.as_ref(), 3, &blocks(3, 4, 2)).await.unwrap());
     let text = std::fs::read_to_string(&path).unwrap();

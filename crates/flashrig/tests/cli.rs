@@ -301,6 +301,18 @@ fn bad_configurations_are_named_and_exit_2() {
         &[],
         &["device", "faults[0]", "outside the device's 256 blocks"],
     );
+    expect_bad_input(
+        d,
+        &inject.replace("type = \"inject\"\n", "type = \"inject\"\nfilesystem = \"zfs\"\n"),
+        &[],
+        &["device.filesystem", "zfs", "ext4"],
+    );
+    expect_bad_input(
+        d,
+        &format!("{inject}[[device.faults]]\nkind = \"lost\"\nstructure = \"inode\"\n"),
+        &[],
+        &["faults[0]", "structure = \"inode\" needs the layer to classify blocks"],
+    );
     // Bad command-line input.
     expect_bad_input(d, "", &["--seed", "minus-one"], &["--seed"]);
     expect_bad_input(d, "", &["--json", "/nonexistent-dir/r.json"], &["--json"]);

@@ -262,6 +262,11 @@ pub struct InjectConfig {
     /// Seeds the faults' random decisions (probability, random corruption).
     #[serde(default)]
     pub seed: u64,
+    /// Classify blocks as this file system's structures (`ext4`), so that faults can target
+    /// them (`structure = "inode"`) and the log names them. The layer first scans what the
+    /// member holds, then follows what is written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filesystem: Option<String>,
     /// A JSON-lines file that receives one line per injection (default: kept in memory and
     /// counted in the layer's metrics only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1173,6 +1178,14 @@ fn validate_device(d: &DeviceConfig, at: &str) -> Result<(), String> {
             // what depends on it.
             for (i, f) in j.faults.iter().enumerate() {
                 f.check().map_err(|e| format!("{at}.faults[{i}]: {e}"))?;
+            }
+            if let Some(fs) = &j.filesystem {
+                if !flashrig_engines::inject::structure::FILESYSTEMS.contains(&fs.as_str()) {
+                    return Err(format!(
+                        "{at}.filesystem = \"{fs}\": no classifier; one of {}",
+                        flashrig_engines::inject::structure::FILESYSTEMS.join(", ")
+                    ));
+                }
             }
             validate_device(&j.member, &format!("{at}.member"))?;
         }

@@ -267,9 +267,20 @@ async fn build_layer(cfg: &DeviceConfig, default: &str, at: &str) -> Result<DevR
                 })?,
                 None => InjectionLog::in_memory(),
             };
+            let classifier = match &j.filesystem {
+                Some(fs) => Some(
+                    flashrig_engines::inject::structure::classifier(fs, bs)
+                        .map_err(|e| stack_err(&format!("{at}.filesystem"), e))?,
+                ),
+                None => None,
+            };
             let layer = Arc::new(
-                Inject::new(&name, member, faults, j.seed, log).map_err(|e| stack_err(at, e))?,
+                Inject::new(&name, member, faults, j.seed, log, classifier)
+                    .map_err(|e| stack_err(at, e))?,
             );
+            // What the member already holds (an image made beforehand) is classified now, so
+            // that a fault can target it before the file system above reads it.
+            layer.scan().await.map_err(|e| stack_err(at, format!("scanning the member: {e}")))?;
             FAULT_LAYERS.with(|l| l.borrow_mut().push(layer.clone()));
             layer
         }

@@ -132,6 +132,8 @@ pub struct Target {
     pub until_ns: u64,
     /// At most this many injections (None: no limit).
     pub count: Option<u64>,
+    /// Only blocks that the layer's classifier says hold this structure (structure/).
+    pub structure: Option<String>,
 }
 
 impl Target {
@@ -174,6 +176,9 @@ pub struct FaultConfig {
     pub from_ms: Option<u64>,
     pub until_ms: Option<u64>,
     pub count: Option<u64>,
+    /// Only blocks holding this file-system structure (the layer's `filesystem` names the
+    /// classifier; docs/inject.md lists the structures).
+    pub structure: Option<String>,
     /// corrupt: zero (default), fill, random, bitflip.
     pub how: Option<CorruptHow>,
     /// corrupt: the byte range within the block (default: the whole block).
@@ -360,6 +365,7 @@ impl FaultConfig {
             from_ns,
             until_ns,
             count,
+            structure: self.structure.clone(),
         };
         Ok(FaultSpec { kind, target })
     }

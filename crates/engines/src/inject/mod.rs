@@ -13,6 +13,7 @@
 
 pub mod fault;
 pub mod log;
+pub mod structure;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 
 pub use fault::{CorruptHow, FaultConfig, FaultSpec, Kind, Op, Ops, Target};
 pub use log::{InjectionLog, InjectionRecord};
+pub use structure::Classifier;
 
 use crate::EngineConstraints;
 
@@ -50,6 +52,8 @@ struct Armed {
 struct Fired {
     id: u64,
     lba: u64,
+    /// The structure the block held, when the layer classifies blocks.
+    structure: Option<&'static str>,
     kind: Kind,
     /// Seeds the random bytes or bit positions of a corruption.
     salt: u64,
@@ -65,17 +69,25 @@ pub struct Inject {
     failed: AtomicBool,
     log: InjectionLog,
     metrics: Arc<Registry>,
+    classifier: Option<Mutex<Box<dyn Classifier>>>,
 }
+
+/// The most blocks a scan reads before it stops (a classifier asks for the metadata only; this
+/// bounds a corrupt image that points everywhere): 4 GiB of 4 KiB blocks.
+const SCAN_MAX_BLOCKS: u64 = 1 << 20;
 
 impl Inject {
     /// The layer over `below` with `faults` armed (ids 0, 1, ... in order), drawing its random
-    /// decisions from `seed`, logging to `log`.
+    /// decisions from `seed`, logging to `log`, and classifying the blocks that pass with
+    /// `classifier` when given (so that faults can target file-system structures and the log
+    /// names them; [`Inject::scan`] teaches it an existing image).
     pub fn new(
         name: &str,
         below: DevRef,
         faults: Vec<FaultSpec>,
         seed: u64,
         log: InjectionLog,
+        classifier: Option<Box<dyn Classifier>>,
     ) -> DevResult<Self> {
         crate::check_members(&CONSTRAINTS, std::slice::from_ref(&below))?;
         let mut info = below.info().clone();
@@ -89,6 +101,7 @@ impl Inject {
             failed: AtomicBool::new(false),
             log,
             metrics: Registry::new(name),
+            classifier: classifier.map(Mutex::new),
         };
         for (i, f) in faults.into_iter().enumerate() {
             layer.arm(f).map_err(|e| DevError::Invalid(format!("faults[{i}]: {e}")))?;
@@ -96,9 +109,62 @@ impl Inject {
         Ok(layer)
     }
 
+    /// Reads, from the device below, the blocks the classifier asks for until it asks for no
+    /// more (the superblock, the descriptors, the inode tables in use, extent blocks), so the
+    /// layer knows an existing file system before anything above touches it. Returns the
+    /// blocks read.
+    pub async fn scan(&self) -> DevResult<u64> {
+        let Some(c) = &self.classifier else { return Ok(0) };
+        let bs = self.info.block_size as usize;
+        let mut buf = vec![0u8; bs];
+        let mut read = 0u64;
+        loop {
+            let wanted = c.lock().wanted();
+            if wanted.is_empty() || read >= SCAN_MAX_BLOCKS {
+                return Ok(read);
+            }
+            for lba in wanted.into_iter().filter(|&l| l < self.info.num_blocks) {
+                self.below.read(lba, &mut buf, None).await?;
+                c.lock().observe(lba, &buf);
+                read += 1;
+            }
+        }
+    }
+
+    /// The structure block `lba` holds, as far as the layer's classifier knows.
+    pub fn structure_of(&self, lba: u64) -> Option<&'static str> {
+        self.classifier.as_ref().and_then(|c| c.lock().classify(lba))
+    }
+
+    /// Shows the classifier the blocks of `data` at `lba`.
+    fn observe(&self, lba: u64, data: &[u8]) {
+        if let Some(c) = &self.classifier {
+            let mut c = c.lock();
+            let bs = self.info.block_size as usize;
+            for (i, block) in data.chunks_exact(bs).enumerate() {
+                c.observe(lba + i as u64, block);
+            }
+        }
+    }
+
     /// Arms a fault and returns its id (its `fault` in the log). Refuses a target range
-    /// outside the device.
+    /// outside the device, and a structure target the layer cannot classify.
     pub fn arm(&self, spec: FaultSpec) -> Result<u64, String> {
+        if let Some(s) = &spec.target.structure {
+            let Some(c) = &self.classifier else {
+                return Err(format!(
+                    "structure = \"{s}\" needs the layer to classify blocks (filesystem = ...)"
+                ));
+            };
+            let c = c.lock();
+            if !c.structures().contains(&s.as_str()) {
+                return Err(format!(
+                    "structure = \"{s}\": {} has {}",
+                    c.filesystem(),
+                    c.structures().join(", ")
+                ));
+            }
+        }
         if let Some((first, blocks)) = spec.target.lbas {
             if first.checked_add(blocks).is_none_or(|end| end > self.info.num_blocks) {
                 return Err(format!(
@@ -153,12 +219,15 @@ impl Inject {
             return Vec::new();
         }
         let now_ns = now_ns();
+        let classifier = self.classifier.as_ref().map(|c| c.lock());
         let mut fired = Vec::new();
         for b in lba..lba + blocks {
+            let structure = classifier.as_ref().and_then(|c| c.classify(b));
             for f in armed.iter_mut() {
                 let t = &f.spec.target;
                 if !t.ops.covers(op)
                     || !t.covers_lba(b)
+                    || t.structure.as_ref().is_some_and(|s| Some(s.as_str()) != structure)
                     || now_ns < t.from_ns
                     || now_ns >= t.until_ns
                     || t.count.is_some_and(|c| f.fired >= c)
@@ -178,7 +247,7 @@ impl Inject {
                 }
                 f.fired += 1;
                 let salt = f.rng.next_u64();
-                fired.push(Fired { id: f.id, lba: b, kind: f.spec.kind.clone(), salt });
+                fired.push(Fired { id: f.id, lba: b, structure, kind: f.spec.kind.clone(), salt });
             }
         }
         fired
@@ -193,7 +262,7 @@ impl Inject {
             lba: f.lba,
             kind: f.kind.name().to_string(),
             fault: f.id,
-            structure: None,
+            structure: f.structure.map(str::to_string),
             detail,
         });
     }
@@ -332,6 +401,8 @@ impl BlockDevice for Inject {
             return Err(DevError::ReadMedia { lba: f.lba });
         }
         self.below.read(lba, buf, md).await?;
+        // The classifier learns from what the medium holds, before any corruption.
+        self.observe(lba, buf);
         let bs = self.info.block_size as usize;
         for f in &fired {
             let i = (f.lba - lba) as usize;
@@ -350,6 +421,9 @@ impl BlockDevice for Inject {
     ) -> DevResult<()> {
         let blocks = check_io(&self.info, lba, data.len(), md.map(|m| m.len()))?;
         self.check_failed()?;
+        // Blocks are classified as the file system writes them: a new inode table block says
+        // what its inodes map before the fault decides.
+        self.observe(lba, data);
         let fired = self.delay_and_fail(Op::Write, self.decide(Op::Write, lba, blocks)).await?;
         if fired.is_empty() {
             return self.below.write(lba, data, md, hints).await;
