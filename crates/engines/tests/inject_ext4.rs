@@ -13,70 +13,14 @@
 //! loaded into a RAM device; the layer over it either scans it or receives it as writes in
 //! block order, on the simulated runtime. Skips, saying why, when e2fsprogs is not installed.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 
-use flashrig_blockdev::{BlockDevice, DevRef, WriteHints};
+use flashrig_blockdev::DevRef;
 use flashrig_devices::RamDevice;
 use flashrig_engines::inject::{structure, FaultConfig, Inject, InjectionLog};
-use flashrig_runtime::{run, RuntimeKind};
 
-const BS: usize = 4096;
-
-fn find_tool(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
-}
-
-fn tool(name: &str, args: &[&str], stdin: Option<&str>) -> String {
-    use std::io::Write;
-    let mut cmd = Command::new(find_tool(name).expect("checked by the caller"));
-    cmd.args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-    if stdin.is_some() {
-        cmd.stdin(std::process::Stdio::piped());
-    }
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{name}: {e}"));
-    if let Some(text) = stdin {
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{name} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A populated ext4 image, and each block's structure as e2fsprogs reports it.
-struct Image {
-    _dir: tempdir::Scratch,
-    bytes: Vec<u8>,
-    expected: Vec<(u64, &'static str)>,
-}
-
-mod tempdir {
-    /// A scratch directory removed when dropped.
-    pub struct Scratch(pub std::path::PathBuf);
-    impl Scratch {
-        pub fn new() -> Scratch {
-            use std::sync::atomic::{AtomicU64, Ordering};
-            static N: AtomicU64 = AtomicU64::new(0);
-            let p = std::env::temp_dir().join(format!(
-                "flashrig-ext4-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::Relaxed)
-            ));
-            std::fs::create_dir_all(&p).unwrap();
-            Scratch(p)
-        }
-    }
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
+mod fsimage;
+use fsimage::{check_scan, check_written, have_all, read_block, tool, Image, Scratch, BS};
 
 /// Numbers in "A-B" or "A" form, as a range.
 fn span(text: &str) -> std::ops::RangeInclusive<u64> {
@@ -97,13 +41,10 @@ fn after<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 }
 
 fn make_image() -> Option<Image> {
-    for t in ["mkfs.ext4", "debugfs", "dumpe2fs"] {
-        if find_tool(t).is_none() {
-            println!("skipping: {t} is not installed (e2fsprogs)");
-            return None;
-        }
+    if !have_all(&["mkfs.ext4", "debugfs", "dumpe2fs"]) {
+        return None;
     }
-    let dir = tempdir::Scratch::new();
+    let dir = Scratch::new("ext4");
     let img = dir.0.join("ext4.img");
     let img_s = img.to_str().unwrap();
     std::fs::File::create(&img).unwrap().set_len(256 << 20).unwrap();
@@ -189,72 +130,19 @@ fn make_image() -> Option<Image> {
     Some(Image { _dir: dir, bytes, expected })
 }
 
-/// A RAM device holding `bytes` (written below any layer).
-fn ram_with(bytes: &[u8]) -> Arc<RamDevice> {
-    let ram = Arc::new(RamDevice::new("ram", BS as u32, (bytes.len() / BS) as u64, 0, 0));
-    let r = ram.clone();
-    let b = bytes.to_vec();
-    run(RuntimeKind::Sim, 1, move || async move {
-        r.write(0, &b, None, WriteHints::default()).await.unwrap();
-    });
-    ram
-}
-
-fn layer(below: DevRef, faults: &[&str]) -> Arc<Inject> {
-    let specs = faults
-        .iter()
-        .map(|f| toml::from_str::<FaultConfig>(f).unwrap().to_spec(BS as u32).unwrap())
-        .collect();
-    let c = structure::classifier("ext4", BS as u32).unwrap();
-    Arc::new(Inject::new("inject", below, specs, 1, InjectionLog::in_memory(), Some(c)).unwrap())
-}
-
-fn check(inject: &Inject, expected: &[(u64, &'static str)], how: &str) {
-    let wrong: Vec<String> = expected
-        .iter()
-        .filter(|(b, s)| inject.structure_of(*b) != Some(*s))
-        .map(|(b, s)| format!("block {b}: expected {s}, got {:?}", inject.structure_of(*b)))
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "{how}: {} of {} wrong: {:?}",
-        wrong.len(),
-        expected.len(),
-        &wrong[..wrong.len().min(20)]
-    );
-    // Blocks no structure claims (the free space at the end) stay unclassified.
-    let last = inject.info().num_blocks - 1;
-    assert_eq!(inject.structure_of(last), None, "{how}: a free block was classified");
-}
-
 #[test]
 fn a_scan_classifies_every_block_as_e2fsprogs_does() {
     let Some(img) = make_image() else { return };
-    let inject = layer(ram_with(&img.bytes), &[]);
-    let i = inject.clone();
-    let (read, _) = run(RuntimeKind::Sim, 1, move || async move { i.scan().await.unwrap() });
+    let read = check_scan("ext4", &img);
     // The scan reads metadata only: far fewer blocks than the image holds.
     assert!(read > 2 && read < 5000, "{read} blocks read");
-    check(&inject, &img.expected, "scan");
 }
 
 #[test]
 fn blocks_written_through_the_layer_are_classified_and_a_structure_fault_hits_its_block() {
     let Some(img) = make_image() else { return };
-    let blocks = (img.bytes.len() / BS) as u64;
-    let ram = Arc::new(RamDevice::new("ram", BS as u32, blocks, 0, 0));
-    let inject = layer(ram.clone(), &["kind = 'lost'\nstructure = 'inode'\nnth = 2"]);
-    let (i, bytes) = (inject.clone(), img.bytes.clone());
-    run(RuntimeKind::Sim, 1, move || async move {
-        // The image as a file system would write it: block by block, skipping zeros.
-        for b in 0..blocks {
-            let block = &bytes[b as usize * BS..(b as usize + 1) * BS];
-            if block.iter().any(|&x| x != 0) {
-                i.write(b, block, None, WriteHints::default()).await.unwrap();
-            }
-        }
-    });
-    check(&inject, &img.expected, "written");
+    let (inject, ram) =
+        check_written("ext4", &img, &["kind = 'lost'\nstructure = 'inode'\nnth = 2"]);
     // The second inode-table block written (in block order) was lost, and only it.
     let log = inject.log().records();
     assert_eq!(log.len(), 1, "{log:?}");
@@ -263,13 +151,7 @@ fn blocks_written_through_the_layer_are_classified_and_a_structure_fault_hits_it
     let first_inode_block =
         img.expected.iter().filter(|(_, s)| *s == "inode").map(|(b, _)| *b).min();
     assert!(Some(lost) > first_inode_block, "the first inode block was not the target");
-    let r = ram.clone();
-    let (stored, _) = run(RuntimeKind::Sim, 1, move || async move {
-        let mut buf = vec![0u8; BS];
-        r.read(lost, &mut buf, None).await.unwrap();
-        buf
-    });
-    assert!(stored.iter().all(|&x| x == 0), "block {lost} was written");
+    assert!(read_block(&ram, lost).iter().all(|&x| x == 0), "block {lost} was written");
     let want = &img.bytes[lost as usize * BS..(lost as usize + 1) * BS];
     assert!(want.iter().any(|&x| x != 0), "the lost block held inodes in the image");
 }

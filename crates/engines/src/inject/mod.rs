@@ -117,16 +117,21 @@ impl Inject {
         let Some(c) = &self.classifier else { return Ok(0) };
         let bs = self.info.block_size as usize;
         let mut buf = vec![0u8; bs];
-        let mut read = 0u64;
+        // Each block is read once: a classifier that meets the superblock again asks again
+        // for what it points at.
+        let mut seen = std::collections::HashSet::new();
         loop {
             let wanted = c.lock().wanted();
-            if wanted.is_empty() || read >= SCAN_MAX_BLOCKS {
-                return Ok(read);
+            let fresh: Vec<u64> = wanted
+                .into_iter()
+                .filter(|&l| l < self.info.num_blocks && seen.insert(l))
+                .collect();
+            if fresh.is_empty() || seen.len() as u64 >= SCAN_MAX_BLOCKS {
+                return Ok(seen.len() as u64);
             }
-            for lba in wanted.into_iter().filter(|&l| l < self.info.num_blocks) {
+            for lba in fresh {
                 self.below.read(lba, &mut buf, None).await?;
                 c.lock().observe(lba, &buf);
-                read += 1;
             }
         }
     }

@@ -11,6 +11,7 @@
 //! the file system writes. One file per file system.
 
 pub mod ext4;
+pub mod xfs;
 
 /// A file system's block classifier.
 pub trait Classifier: Send {
@@ -33,12 +34,13 @@ pub trait Classifier: Send {
 }
 
 /// The file systems with a classifier.
-pub const FILESYSTEMS: &[&str] = &["ext4"];
+pub const FILESYSTEMS: &[&str] = &["ext4", "xfs"];
 
 /// The classifier of `filesystem` for a device of `block_size`-byte blocks.
 pub fn classifier(filesystem: &str, block_size: u32) -> Result<Box<dyn Classifier>, String> {
     match filesystem {
         "ext4" => Ok(Box::new(ext4::Ext4::new(block_size)?)),
+        "xfs" => Ok(Box::new(xfs::Xfs::new(block_size)?)),
         other => Err(format!(
             "filesystem = \"{other}\": no classifier; one of {}",
             FILESYSTEMS.join(", ")
