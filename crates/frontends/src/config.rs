@@ -262,7 +262,7 @@ pub struct InjectConfig {
     /// Seeds the faults' random decisions (probability, random corruption).
     #[serde(default)]
     pub seed: u64,
-    /// Classify blocks as this file system's structures (`ext4`, `xfs`), so that faults can target
+    /// Classify blocks as this file system's structures (`ext4`, `xfs`, `btrfs`), so that faults can target
     /// them (`structure = "inode"`) and the log names them. The layer first scans what the
     /// member holds, then follows what is written.
     #[serde(default, skip_serializing_if = "Option::is_none")]

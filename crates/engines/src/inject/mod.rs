@@ -52,8 +52,9 @@ struct Armed {
 struct Fired {
     id: u64,
     lba: u64,
-    /// The structure the block held, when the layer classifies blocks.
-    structure: Option<&'static str>,
+    /// The structure the block held, when the layer classifies blocks: the fault's target
+    /// if it has one (a btrfs leaf holds several), else the block's own.
+    structure: Option<String>,
     kind: Kind,
     /// Seeds the random bytes or bit positions of a corruption.
     salt: u64,
@@ -139,6 +140,12 @@ impl Inject {
     /// The structure block `lba` holds, as far as the layer's classifier knows.
     pub fn structure_of(&self, lba: u64) -> Option<&'static str> {
         self.classifier.as_ref().and_then(|c| c.lock().classify(lba))
+    }
+
+    /// Whether block `lba` holds `structure`, as far as the layer's classifier knows (a btrfs
+    /// leaf holds the structures of its item types besides its tree's).
+    pub fn matches_structure(&self, lba: u64, structure: &str) -> bool {
+        self.classifier.as_ref().is_some_and(|c| c.lock().matches(lba, structure))
     }
 
     /// Shows the classifier the blocks of `data` at `lba`.
@@ -232,7 +239,9 @@ impl Inject {
                 let t = &f.spec.target;
                 if !t.ops.covers(op)
                     || !t.covers_lba(b)
-                    || t.structure.as_ref().is_some_and(|s| Some(s.as_str()) != structure)
+                    || t.structure
+                        .as_ref()
+                        .is_some_and(|s| !classifier.as_ref().is_some_and(|c| c.matches(b, s)))
                     || now_ns < t.from_ns
                     || now_ns >= t.until_ns
                     || t.count.is_some_and(|c| f.fired >= c)
@@ -252,6 +261,7 @@ impl Inject {
                 }
                 f.fired += 1;
                 let salt = f.rng.next_u64();
+                let structure = t.structure.clone().or(structure.map(str::to_string));
                 fired.push(Fired { id: f.id, lba: b, structure, kind: f.spec.kind.clone(), salt });
             }
         }
@@ -267,7 +277,7 @@ impl Inject {
             lba: f.lba,
             kind: f.kind.name().to_string(),
             fault: f.id,
-            structure: f.structure.map(str::to_string),
+            structure: f.structure.clone(),
             detail,
         });
     }

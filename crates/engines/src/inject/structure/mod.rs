@@ -10,6 +10,7 @@
 //! so it knows the image before the file system above mounts it; after that, it follows what
 //! the file system writes. One file per file system.
 
+pub mod btrfs;
 pub mod ext4;
 pub mod xfs;
 
@@ -28,19 +29,26 @@ pub trait Classifier: Send {
     /// The structure block `lba` holds, as far as the classifier knows.
     fn classify(&self, lba: u64) -> Option<&'static str>;
 
+    /// Whether block `lba` holds `structure`. A block has one structure in ext4 and xfs; a
+    /// btrfs leaf also holds items of several types, each a structure a fault can target.
+    fn matches(&self, lba: u64, structure: &str) -> bool {
+        self.classify(lba) == Some(structure)
+    }
+
     /// Device blocks the classifier would read next to complete its map (a scan reads them
     /// and shows them to [`Classifier::observe`] until none is left).
     fn wanted(&mut self) -> Vec<u64>;
 }
 
 /// The file systems with a classifier.
-pub const FILESYSTEMS: &[&str] = &["ext4", "xfs"];
+pub const FILESYSTEMS: &[&str] = &["ext4", "xfs", "btrfs"];
 
 /// The classifier of `filesystem` for a device of `block_size`-byte blocks.
 pub fn classifier(filesystem: &str, block_size: u32) -> Result<Box<dyn Classifier>, String> {
     match filesystem {
         "ext4" => Ok(Box::new(ext4::Ext4::new(block_size)?)),
         "xfs" => Ok(Box::new(xfs::Xfs::new(block_size)?)),
+        "btrfs" => Ok(Box::new(btrfs::Btrfs::new(block_size)?)),
         other => Err(format!(
             "filesystem = \"{other}\": no classifier; one of {}",
             FILESYSTEMS.join(", ")
