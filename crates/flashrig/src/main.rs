@@ -578,6 +578,17 @@ enum DebugCommand {
         #[arg(long)]
         log: PathBuf,
     },
+    /// Fill an empty directory (a fresh file system's root) with what the file-system test
+    /// programs work on (jaffer-thesis-2023.txt §2.4.4).
+    FsPopulate { root: PathBuf },
+    /// Run one test program of the thesis' Table 2.2 on a populated tree; prints each step's
+    /// outcome as JSON. Exits 1 if a step failed.
+    FsProgram {
+        /// open, creat, access, stat, lstat, chmod, chown, utime, rename, read, write,
+        /// truncate, readlink, symlink, unlink, chdir, rmdir, mkdir, getdirentries, chroot.
+        program: String,
+        root: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -1129,6 +1140,21 @@ fn debug(cmd: DebugCommand) -> Result<(), Error> {
             let (blocks, flushes) = res?;
             println!("crash check passed: {blocks} blocks hold what they may ({flushes} flushes completed before the crash)");
             Ok(())
+        }
+        DebugCommand::FsPopulate { root } => flashrig::lab::fsfault::programs::populate(&root)
+            .map_err(|e| Error::Io(format!("populating {}: {e}", root.display()))),
+        DebugCommand::FsProgram { program, root } => {
+            let out =
+                flashrig::lab::fsfault::programs::run(&program, &root).map_err(Error::Input)?;
+            println!("{}", serde_json::to_string(&out).expect("an outcome serialises"));
+            match out.steps.iter().find(|s| s.error.is_some()) {
+                None => Ok(()),
+                Some(s) => Err(Error::Run(format!(
+                    "{program}: {} failed: {}",
+                    s.call,
+                    s.error.as_deref().unwrap_or_default()
+                ))),
+            }
         }
     }
 }

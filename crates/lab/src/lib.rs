@@ -9,5 +9,6 @@
 
 pub mod core;
 pub mod csal;
+pub mod fsfault;
 pub mod scalaafa;
 pub mod waflash;
