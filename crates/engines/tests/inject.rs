@@ -336,3 +336,19 @@ fn the_log_file_holds_one_json_line_per_injection() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(Ops::Both, fault("kind = 'delay'\ndelay_ms = 1").to_spec(4096).unwrap().target.ops);
 }
+
+#[test]
+fn a_trace_logs_every_access_it_targets_and_changes_nothing() {
+    let r = rig(&["kind = 'trace'\nlba = 10\nblocks = 4"], 1);
+    sim(async move || {
+        let d = r.inject.as_ref();
+        write(d, 8, &blocks(8, 8, 2)).await.unwrap();
+        assert_eq!(read(d, 8, 8).await.unwrap(), blocks(8, 8, 2));
+        let log = r.inject.log().records();
+        let seen: Vec<(&str, u64)> = log.iter().map(|l| (l.op.as_str(), l.lba)).collect();
+        let want: Vec<(&str, u64)> =
+            ["write", "read"].iter().flat_map(|op| (10..14).map(move |b| (*op, b))).collect();
+        assert_eq!(seen, want);
+        assert!(log.iter().all(|l| l.kind == "trace"));
+    });
+}

@@ -82,6 +82,9 @@ pub enum Kind {
     Delay { delay_ns: u64 },
     /// The whole device fails: this and every later command answer `DeviceFailed`.
     Fail,
+    /// Nothing happens to the access; it is only logged, with its structure: the tracing run
+    /// of §2.4.5 that finds which blocks and structures a program touches.
+    Trace,
 }
 
 impl Kind {
@@ -97,6 +100,7 @@ impl Kind {
             Kind::Stale => "stale",
             Kind::Delay { .. } => "delay",
             Kind::Fail => "fail",
+            Kind::Trace => "trace",
         }
     }
 
@@ -111,7 +115,9 @@ impl Kind {
             // Corruption of what a read returns leaves the medium intact, so the same fault
             // can be seen again; corrupting what is stored is `ops = "write"`.
             Kind::Corrupt { .. } => (&[Ops::Read, Ops::Write, Ops::Both], Ops::Read),
-            Kind::Delay { .. } | Kind::Fail => (&[Ops::Read, Ops::Write, Ops::Both], Ops::Both),
+            Kind::Delay { .. } | Kind::Fail | Kind::Trace => {
+                (&[Ops::Read, Ops::Write, Ops::Both], Ops::Both)
+            }
         }
     }
 }
@@ -163,7 +169,7 @@ pub struct FaultSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FaultConfig {
-    /// read-error, write-error, corrupt, shorn, lost, misdirect, stale, delay, fail.
+    /// read-error, write-error, corrupt, shorn, lost, misdirect, stale, delay, fail, trace.
     pub kind: String,
     /// read, write or both (default: what the kind acts on; corrupt: read).
     pub ops: Option<Ops>,
@@ -300,10 +306,11 @@ impl FaultConfig {
                 Kind::Delay { delay_ns: ms.saturating_mul(1_000_000) }
             }
             "fail" => Kind::Fail,
+            "trace" => Kind::Trace,
             other => {
                 return Err(format!(
                     "kind = \"{other}\": unknown; one of read-error, write-error, corrupt, shorn, \
-                     lost, misdirect, stale, delay, fail"
+                     lost, misdirect, stale, delay, fail, trace"
                 ))
             }
         };

@@ -440,6 +440,12 @@ impl BlockDevice for Inject {
         // what its inodes map before the fault decides.
         self.observe(lba, data);
         let fired = self.delay_and_fail(Op::Write, self.decide(Op::Write, lba, blocks)).await?;
+        // Traces only log; the write goes down as it came unless another fault fired.
+        let (traces, fired): (Vec<Fired>, Vec<Fired>) =
+            fired.into_iter().partition(|f| f.kind == Kind::Trace);
+        for f in &traces {
+            self.note(Op::Write, f, None);
+        }
         if fired.is_empty() {
             return self.below.write(lba, data, md, hints).await;
         }
