@@ -122,6 +122,40 @@ enum Command {
         #[command(subcommand)]
         action: InjectCommand,
     },
+    /// File systems under SSD faults (jaffer-thesis-2023 chapter 2): for each file system,
+    /// test program, fault kind and structure the program touches, one experiment on a fresh
+    /// image through FUSE and a loop device, classified by the thesis' Table 2.4
+    /// (docs/fsfault.md). Needs root, /dev/fuse, loop devices and each file system's tools.
+    #[command(long_about = "File systems under SSD faults (jaffer-thesis-2023 chapter 2): for \
+                      each file system, test program (Table 2.2), fault kind and structure the \
+                      program touches (found by a tracing run), one experiment on a fresh copy \
+                      of a populated image served through `flashrig serve fuse` with an \
+                      `inject` layer and a loop device, classified by the thesis' Table 2.4 \
+                      (docs/fsfault.md).\n\n\
+                      Results go to --results (observations.jsonl, one line per experiment, \
+                      appended as each ends; fsfault.csv) and the report to --out. Run again on \
+                      the same folder, it runs only what is missing: an interrupted study \
+                      resumes. Needs root, /dev/fuse, loop devices and each file system's mkfs \
+                      and checker.")]
+    Fsfault {
+        #[command(flatten)]
+        study: FsfaultArgs,
+        /// Where the observations, traces and images go.
+        #[arg(long, default_value = "fsfault-results")]
+        results: PathBuf,
+        /// The report (Markdown) [default: <results>/fsfault.md].
+        #[arg(long, short = 'o')]
+        out: Option<PathBuf>,
+        /// Where to draw the heat maps [default: <results>/figures].
+        #[arg(long)]
+        plots: Option<PathBuf>,
+        /// Experiments in parallel (default: one per CPU).
+        #[arg(long, short = 'j')]
+        jobs: Option<usize>,
+        /// Print nothing but errors.
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Serve a device stack to real clients until SIGINT or SIGTERM (the real runtime).
     Serve {
         #[command(subcommand)]
@@ -353,6 +387,82 @@ enum ReproduceCommand {
         #[command(flatten)]
         common: ReproduceArgs,
     },
+    /// jaffer-thesis-2023 chapter 2: ext4, xfs and btrfs under SSD faults, Tables 2.5/2.6's
+    /// shape, the severe outcomes beside the thesis' ~16% (docs/reproduce-fsfault.md).
+    /// Needs root, /dev/fuse and loop devices.
+    #[command(long_about = "jaffer-thesis-2023 chapter 2: `flashrig fsfault` over ext4, xfs \
+                      (in place of f2fs) and btrfs, every program of Table 2.2, the thesis' \
+                      five fault modes and the latency study, the thesis' findings beside \
+                      ours.\n\n\
+                      The full run writes docs/reproduce-fsfault.md, its heat maps in \
+                      docs/figures/fsfault/ and the observations in \
+                      reproduce-results/fsfault/ (resumable: a second run on the same folder \
+                      runs only what is missing). --quick runs ext4 alone with nine programs \
+                      and writes to reproduce-results/fsfault-quick/. Needs root, /dev/fuse, \
+                      loop devices and the file systems' tools.")]
+    Fsfault {
+        #[command(flatten)]
+        common: ReproduceArgs,
+    },
+}
+
+/// What a fault study runs (`flashrig fsfault`).
+#[derive(clap::Args)]
+struct FsfaultArgs {
+    /// File systems (comma-separated): ext4, xfs, btrfs.
+    #[arg(long = "fs", value_delimiter = ',', default_value = "ext4,xfs,btrfs")]
+    file_systems: Vec<String>,
+    /// Test programs (comma-separated; default: all of Table 2.2, mount and umount included).
+    #[arg(long, value_delimiter = ',')]
+    programs: Vec<String>,
+    /// Fault kinds (comma-separated): read-error, write-error, corrupt, shorn, lost,
+    /// misdirect, stale, delay [default: the thesis' five, read-error to lost].
+    #[arg(long, value_delimiter = ',')]
+    kinds: Vec<String>,
+    /// Only these structures (comma-separated; default: every one a program touches).
+    #[arg(long, value_delimiter = ',')]
+    structures: Vec<String>,
+    /// The study's seed (images' UUIDs, each experiment's corruption).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Seconds a mount, a program or an unmount may take before it counts as hung.
+    #[arg(long, default_value_t = 60)]
+    deadline_s: u64,
+    /// Keep <results>/work/: each worker's last experiment (image, stack, inject log).
+    #[arg(long)]
+    keep_work: bool,
+}
+
+impl FsfaultArgs {
+    fn options(
+        self,
+        results: PathBuf,
+        jobs: Option<usize>,
+        quiet: bool,
+    ) -> Result<flashrig::lab::fsfault::study::Options, Error> {
+        use flashrig::lab::fsfault::study::{all_programs, Options, THESIS_KINDS};
+        let exe = std::env::current_exe()
+            .map_err(|e| Error::Io(format!("cannot find the flashrig binary: {e}")))?;
+        let opts = Options {
+            exe,
+            file_systems: self.file_systems,
+            programs: if self.programs.is_empty() { all_programs() } else { self.programs },
+            kinds: if self.kinds.is_empty() {
+                THESIS_KINDS.iter().map(|k| k.to_string()).collect()
+            } else {
+                self.kinds
+            },
+            structures: self.structures,
+            seed: self.seed,
+            jobs: flashrig::lab::core::schedule::workers(jobs.unwrap_or(0)),
+            results,
+            deadline_s: self.deadline_s,
+            quiet,
+            keep_work: self.keep_work,
+        };
+        opts.check()?;
+        Ok(opts)
+    }
 }
 
 /// What every `flashrig reproduce <paper>` takes.
@@ -967,6 +1077,51 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             }
             reproduced(csal::csal(&opts)?, &opts.outputs.doc, common.quiet)
         }
+        Command::Fsfault { study, results, out, plots, jobs, quiet } => {
+            let opts = study.options(results.clone(), jobs, quiet)?;
+            let out = out.unwrap_or_else(|| results.join("fsfault.md"));
+            let plots = plots.unwrap_or_else(|| results.join("figures"));
+            let done = flashrig::lab::fsfault::study::run(&opts)?;
+            let command: Vec<String> = std::env::args().collect();
+            flashrig::lab::fsfault::report::write(&done, &out, &plots, &command.join(" "))?;
+            fsfault_done(&done, &out, quiet)
+        }
+        Command::Reproduce { paper: ReproduceCommand::Fsfault { common } } => {
+            use flashrig::lab::fsfault::{report, study};
+            if common.dump_configs.is_some() {
+                return Err(Error::Input(
+                    "--dump-configs: the fault study runs no configurations of its own to dump; \
+                     `flashrig fsfault --programs P --kinds K` runs a part of it"
+                        .into(),
+                ));
+            }
+            let mode = common.mode();
+            let outputs = common.outputs("fsfault");
+            flashrig::lab::core::output::check_overwrite(&outputs.doc, mode)?;
+            let quick = mode != flashrig::lab::core::Mode::Full;
+            let args = FsfaultArgs {
+                file_systems: if quick { vec!["ext4".into()] } else { study::image_names() },
+                programs: if quick {
+                    study::QUICK_PROGRAMS.iter().map(|p| p.to_string()).collect()
+                } else {
+                    vec![]
+                },
+                kinds: study::THESIS_KINDS
+                    .iter()
+                    .chain(if quick { &[][..] } else { &["delay"][..] })
+                    .map(|k| k.to_string())
+                    .collect(),
+                structures: vec![],
+                seed: 1,
+                deadline_s: 60,
+                keep_work: false,
+            };
+            let opts = args.options(outputs.results.clone(), common.jobs, common.quiet)?;
+            let done = study::run(&opts)?;
+            let command = format!("flashrig reproduce fsfault{}", mode.flag());
+            report::write(&done, &outputs.doc, &outputs.plots, &command)?;
+            fsfault_done(&done, &outputs.doc, common.quiet)
+        }
         Command::Report { results, csv, series_csv, plot } => {
             let runs = flashrig::report::load(&results)?;
             print!("{}", flashrig::report::table(&runs));
@@ -1157,6 +1312,31 @@ fn debug(cmd: DebugCommand) -> Result<(), Error> {
             }
         }
     }
+}
+
+/// The end of a fault study: where the report went; an error when experiments could not run.
+fn fsfault_done(
+    done: &flashrig::lab::fsfault::study::Study,
+    doc: &std::path::Path,
+    quiet: bool,
+) -> Result<(), Error> {
+    if !quiet {
+        eprintln!("wrote {}", doc.display());
+    }
+    let broken: Vec<&str> = done
+        .observations
+        .iter()
+        .filter(|o| o.harness_error.is_some())
+        .map(|o| o.id.as_str())
+        .collect();
+    if broken.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Run(format!(
+        "{} experiment(s) could not run (the harness failed; run again to retry them): {}",
+        broken.len(),
+        broken.join(", ")
+    )))
 }
 
 fn inject(socket: &std::path::Path, action: InjectCommand) -> Result<(), Error> {

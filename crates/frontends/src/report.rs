@@ -15,7 +15,7 @@ use crate::workload::WorkloadSummary;
 #[cfg(feature = "plots")]
 mod plot;
 #[cfg(feature = "plots")]
-pub use plot::{bar_chart, cdf_chart, line_chart, plots, Series};
+pub use plot::{bar_chart, cdf_chart, heat_map, line_chart, plots, Series};
 
 /// One run as the report reads it.
 #[derive(Clone)]

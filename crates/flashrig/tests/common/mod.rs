@@ -3,8 +3,6 @@
 //! where one is missing). Each test binary compiles this module and uses part of it.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-
 /// A fresh directory under cargo's target tmpdir, removed when dropped.
 pub fn scratch() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch directory")
@@ -15,14 +13,9 @@ pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// The full path of `tool`, looked up in PATH and the sbin directories (root's tools).
-pub fn find_tool(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
-}
+/// The full path of `tool`, looked up in PATH and the sbin directories (root's tools): the
+/// fault study's own lookup.
+pub use flashrig::lab::fsfault::host::find_tool;
 
 /// Whether `tool` is installed.
 pub fn have(tool: &str) -> bool {

@@ -85,6 +85,77 @@ pub fn line_chart(
     })
 }
 
+/// A grid of cells coloured by a level from 0 to 3 (green, yellow, orange, red; blank where
+/// `None`), one row per `rows` entry, one column per `columns` entry, as `stem.svg` and
+/// `stem.png`: the fault study's structure × program tables at a glance.
+pub fn heat_map(
+    stem: &Path,
+    title: &str,
+    rows: &[String],
+    columns: &[String],
+    values: &[Vec<Option<f64>>],
+) -> Result<Vec<PathBuf>, Error> {
+    draw_svg_png(stem, &system_fonts(), |root| draw_heat(root, title, rows, columns, values))
+}
+
+fn draw_heat(
+    root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    title: &str,
+    rows: &[String],
+    columns: &[String],
+    values: &[Vec<Option<f64>>],
+) -> Result<(), String> {
+    const LEVELS: [RGBColor; 4] = [
+        RGBColor(200, 230, 201),
+        RGBColor(255, 241, 118),
+        RGBColor(255, 167, 38),
+        RGBColor(229, 57, 53),
+    ];
+    let (nr, nc) = (rows.len().max(1), columns.len().max(1));
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 18))
+        .margin(15)
+        .x_label_area_size(30)
+        .y_label_area_size(130)
+        .build_cartesian_2d(0f64..nc as f64, 0f64..nr as f64)
+        .map_err(|e| e.to_string())?;
+    let (cols, names) = (columns.to_vec(), rows.to_vec());
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_labels(nc * 2 + 1)
+        .y_labels(nr * 2 + 1)
+        .x_label_formatter(&|v| centre_label(&cols, *v))
+        // Row 0 at the top, as in the tables.
+        .y_label_formatter(&|v| centre_label(&names, nr as f64 - *v))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let mut cells = Vec::new();
+    for (r, row) in values.iter().enumerate() {
+        for (c, v) in row.iter().enumerate() {
+            let Some(v) = v else { continue };
+            let colour = LEVELS[(v.round() as usize).min(3)];
+            let y0 = (nr - 1 - r) as f64;
+            cells.push(Rectangle::new(
+                [(c as f64 + 0.04, y0 + 0.04), (c as f64 + 0.96, y0 + 0.96)],
+                colour.filled(),
+            ));
+        }
+    }
+    chart.draw_series(cells).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The label of the cell whose centre is at `v` (the axis puts ticks at every half).
+fn centre_label(names: &[String], v: f64) -> String {
+    let c = v - v.floor();
+    if (c - 0.5).abs() < 1e-6 {
+        names.get(v.floor() as usize).cloned().unwrap_or_default()
+    } else {
+        String::new()
+    }
+}
+
 fn draw_bars(
     root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     title: &str,
