@@ -6,44 +6,49 @@
 //! kept, and `flashrig fsfault` on a folder whose experiments are all done only classifies and
 //! reports again):
 //!
-//! Detection (online; several can hold):
+//! Detection (several can hold):
 //! - `ErrorCode`: an error-returning fault (read or write error) and the file system showed it
-//!   knew: an error line of its own in the kernel log, an error code to the program, a
-//!   read-only turn, a failed mount or unmount.
-//! - `Redundancy`: a silent fault and a kernel line of the file system about a checksum
-//!   ("checksum", "csum", "crc").
-//! - `Sanity`: a silent fault and any other error line of the file system, or an error code
-//!   it returned without a line.
+//!   knew while the fault acted: a kernel line of its own (not the buffer cache's "Buffer I/O
+//!   error"), an error code to the program, a read-only turn, a failed mount or unmount.
+//! - `Redundancy`: a silent fault and a kernel line about a checksum ("checksum", "csum",
+//!   "crc"), online or at the remount that meets the persisted damage again.
+//! - `Sanity`: a silent fault and another line of the file system saying what it found wrong
+//!   (not only what it did about it: "read-only", "aborting journal", "run e2fsck" and the
+//!   like are consequences), or an error code or a line with no checksum line beside it.
+//! - On a file system with metadata copies (btrfs-dup), a block written within 64 accesses
+//!   after it failed to read (or read corrupt) counts as detected (`ErrorCode` or
+//!   `Redundancy`) even without a line: the kernel rate-limits btrfs' line saying it
+//!   repaired the block from its copy.
 //! - `Zero`: none of these.
-//! - `Fsck` (offline): the checker, run without repair after the unmount, found problems.
+//! - `Fsck` (offline): the checker, run without repair after the unmount, found problems
+//!   (a checker that outlived the deadline found nothing we know of).
 //!
 //! Recovery (online; several can hold):
 //! - `Retry`: after an error code, the block was accessed again with the same operation (a
 //!   read at any later time, a write within the next 64 accesses), or the file system said it
-//!   corrected the error (from another copy), or wrote the block that failed to read within
-//!   the next 64 accesses (rewrote it from another copy; such a rewrite also counts as
-//!   detection, `ErrorCode` or `Redundancy`, when no line made it through the kernel's rate
-//!   limit).
-//! - `Propagate`: an error code reached the program (or the mount or unmount failed).
+//!   corrected a read error, or rewrote the block from its copy (above).
+//! - `Propagate`: an error code reached a program step, or the mount or unmount failed.
 //! - `Stop`: the file system went read-only, aborted its journal or shut down (seen in
-//!   /proc/self/mountinfo or said in the kernel log), the program hung, or the kernel
-//!   reported a bug.
-//! - `Previous`: the program's change is not on the image and nothing else is lost, the image
-//!   mounts and checks clean: the file system stayed at the state before the operation.
+//!   /proc/self/mountinfo or said in the kernel log), the mount, the program or the unmount
+//!   hung, or the kernel reported a bug.
+//! - `Previous`: the tree after the run is the one before the program and not the expected
+//!   one, the image mounts and its checker says clean (status 0): the file system stayed at
+//!   the state before the operation.
 //! - `Zero`: none of these.
 //!
 //! The checker's recovery (after a repair, of the image as a last mount finds it): `Fail`
-//! (does not mount), `Full` (the tree the fault-free run left), `Partial` (data lost beyond the
-//! operation: a file or directory the program does not touch is missing or differs), `Orig`
-//! (otherwise: the operation did not complete, nothing else is lost).
+//! (does not mount), `Full` (the tree the fault-free run left), `Orig` (the tree before the
+//! program), `Partial` (anything else: the operation half done, or data lost beyond it).
 //!
-//! Severe, the thesis' "severe failure cases": unmountable after repair, a kernel bug or a hung
-//! program, data lost beyond the operation, or the image ends differing from the expected one
-//! with nothing (file system or checker) having noticed (silent corruption).
+//! Severe, the thesis' "severe failure cases": unmountable after repair, a kernel bug, a hang,
+//! data lost beyond the operation (a file or directory the program does not touch is missing
+//! or differs after the repair), wrong bytes handed to a program with nothing noticed, or the
+//! image ends differing from the expected one with nothing (file system, program or checker)
+//! having noticed (silent corruption).
 
 use serde::Serialize;
 
-use super::experiment::Observation;
+use super::experiment::{Observation, PROGRAM_DIED};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum Detection {
@@ -90,23 +95,65 @@ fn is_checksum(line: &str) -> bool {
     l.contains("checksum") || l.contains("csum") || l.contains("crc")
 }
 
+/// Lines the buffer cache writes about a failed request ("Buffer I/O error on dev ..."): the
+/// kernel's generic I/O path, not the file system's own check.
+fn is_buffer_layer(line: &str) -> bool {
+    line.starts_with("Buffer I/O error")
+}
+
+/// Lines that say what the file system did about an error it found (turned read-only,
+/// aborted the journal, corrected a block, asks for a check), not how it found it.
+fn is_consequence(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    [
+        "read-only",
+        "readonly",
+        "aborting journal",
+        "shut down",
+        "shutting down",
+        "corrected",
+        "fixed up",
+        "repaired",
+        "run e2fsck",
+        "run xfs_repair",
+        "need of filesystem check",
+        "mounting fs with errors",
+        "error recorded from previous mount",
+        "first 128 bytes",
+    ]
+    .iter()
+    .any(|p| l.contains(p))
+}
+
 /// Classifies one experiment that ran (fired, no harness error).
 pub fn classify(o: &Observation) -> Class {
     let kind = o.fault.as_ref().map_or("", |f| f.kind.as_str());
-    let errno = o.steps.iter().any(|s| s.errno.is_some() || s.error.is_some());
-    let lines: Vec<&String> = o.kernel_online.iter().chain(&o.kernel_remount).collect();
+    // An error code reached the program (a failed content check has none: the file system
+    // handed over wrong bytes without a word).
+    let errno = o.steps.iter().any(|s| s.errno.is_some());
+    let wrong_data =
+        o.steps.iter().any(|s| s.error.is_some() && s.errno.is_none() && s.call != PROGRAM_DIED);
+    // An error code exists only while the fault acts (online); persisted silent damage is
+    // also met again at the remount and its walk (the thesis' "Shorn Write + Program Read").
+    let lines: Vec<&String> = if returns_error(kind) {
+        o.kernel_online.iter().collect()
+    } else {
+        o.kernel_online.iter().chain(&o.kernel_remount).collect()
+    };
+    let fs_lines: Vec<&&String> = lines.iter().filter(|l| !is_buffer_layer(l)).collect();
     let bug = !o.kernel_bugs.is_empty();
     let failed_mount = o.mount_error.is_some() || o.umount_error.is_some();
     let mut detection = Vec::new();
     if returns_error(kind) {
-        if !lines.is_empty() || errno || o.read_only || failed_mount {
+        if !fs_lines.is_empty() || errno || o.read_only || failed_mount {
             detection.push(Detection::ErrorCode);
         }
     } else {
-        if lines.iter().any(|l| is_checksum(l)) {
+        if fs_lines.iter().any(|l| is_checksum(l)) {
             detection.push(Detection::Redundancy);
         }
-        if lines.iter().any(|l| !is_checksum(l)) || (errno && detection.is_empty()) {
+        let checked = fs_lines.iter().any(|l| !is_checksum(l) && !is_consequence(l));
+        if checked || (detection.is_empty() && (errno || !fs_lines.is_empty())) {
             detection.push(Detection::Sanity);
         }
     }
@@ -151,7 +198,7 @@ pub fn classify(o: &Observation) -> Class {
     let stop = o.read_only || shut_down || o.hung || bug;
     let before = o.before_repair.as_ref();
     let previous = before.is_some_and(|c| c.same_as_previous && !c.same_as_expected)
-        && !o.check_found
+        && o.check_status == Some(0)
         && o.remount_error.is_none();
     if previous {
         recovery.push(Recovery::Previous);
@@ -165,9 +212,10 @@ pub fn classify(o: &Observation) -> Class {
     let fsck = match &o.after_repair {
         None => FsckRecovery::Fail,
         Some(c) if c.same_as_expected => FsckRecovery::Full,
-        Some(c) if !c.lost.is_empty() => FsckRecovery::Partial,
-        Some(_) => FsckRecovery::Orig,
+        Some(c) if c.same_as_previous => FsckRecovery::Orig,
+        Some(_) => FsckRecovery::Partial,
     };
+    let lost = o.after_repair.as_ref().is_some_and(|c| !c.lost.is_empty());
     let noticed = detection.iter().any(|d| *d != Detection::Zero);
     let severe = if fsck == FsckRecovery::Fail {
         Some("unmountable")
@@ -175,8 +223,10 @@ pub fn classify(o: &Observation) -> Class {
         Some("kernel bug")
     } else if o.hung {
         Some("hung")
-    } else if fsck == FsckRecovery::Partial {
+    } else if lost {
         Some("data loss")
+    } else if wrong_data && !noticed {
+        Some("wrong data returned")
     } else if fsck != FsckRecovery::Full && !noticed && !errno {
         Some("silent corruption")
     } else {
@@ -229,12 +279,12 @@ R_Fsck_Orig (none: R_Fsck_Full). Several outcomes in one cell (several blocks, s
 experiments) are joined with `;`.";
 
 /// A number for the heat maps: 0 nothing visible went wrong (the expected tree, no error), 1
-/// detected and handled (an error reported or a stop, nothing lost), 2 the operation lost
-/// (R_Fsck_Orig) or only the checker noticed, 3 severe.
+/// detected and handled (an error reported or a stop, nothing lost), 2 the operation lost or
+/// half done (R_Fsck_Orig, or Partial without loss) or only the checker noticed, 3 severe.
 pub fn severity(c: &Class) -> u8 {
     if c.severe.is_some() {
         3
-    } else if c.fsck == FsckRecovery::Orig
+    } else if c.fsck != FsckRecovery::Full
         || (c.detection.contains(&Detection::Fsck) && c.detection.contains(&Detection::Zero))
     {
         2
@@ -262,6 +312,7 @@ mod tests {
                 extra: String::new(),
             }),
             fired: 1,
+            check_status: Some(0),
             before_repair: Some(same.clone()),
             after_repair: Some(same),
             ..Observation::default()
@@ -292,10 +343,37 @@ mod tests {
         let mut o = obs("lost");
         o.after_repair = Some(Comparison::default());
         let c = classify(&o);
-        assert_eq!((c.fsck, c.severe), (FsckRecovery::Orig, Some("silent corruption")));
+        assert_eq!((c.fsck, c.severe), (FsckRecovery::Partial, Some("silent corruption")));
         assert_eq!(severity(&c), 3);
         o.after_repair = None;
         assert_eq!(classify(&o).severe, Some("unmountable"));
+    }
+
+    #[test]
+    fn wrong_bytes_handed_over_silently_are_severe_and_not_propagated() {
+        let mut o = obs("corrupt");
+        o.steps = vec![Step {
+            call: "read(large) and compare".into(),
+            errno: None,
+            error: Some("not as written".into()),
+        }];
+        let c = classify(&o);
+        assert_eq!(c.detection, [Detection::Zero]);
+        assert_eq!(c.recovery, [Recovery::Zero]);
+        assert_eq!(c.severe, Some("wrong data returned"));
+    }
+
+    #[test]
+    fn the_buffer_caches_line_is_not_the_file_systems_and_consequences_are_not_checks() {
+        let mut o = obs("write-error");
+        o.kernel_online = vec!["Buffer I/O error on dev loop3, logical block 9".into()];
+        assert_eq!(classify(&o).detection, [Detection::Zero]);
+        let mut o = obs("corrupt");
+        o.kernel_online = vec![
+            "EXT4-fs error (device loop3): inode checksum invalid".into(),
+            "EXT4-fs (loop3): Remounting filesystem read-only".into(),
+        ];
+        assert_eq!(classify(&o).detection, [Detection::Redundancy]);
     }
 
     #[test]

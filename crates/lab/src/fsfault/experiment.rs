@@ -19,6 +19,9 @@ use super::host::{self, KernelLine, KernelLog, Loop, Server};
 use super::image::{self, Comparison, FileSystem, Tree};
 use super::programs::{Outcome, Step};
 
+/// The step recorded for a program that died without its report (killed by a signal).
+pub const PROGRAM_DIED: &str = "the program (died without its report)";
+
 /// The pseudo-programs the study runs around the others: the fault is armed before the
 /// mount (`mount`), or after a mount with no program before the unmount (`umount`).
 pub const MOUNT: &str = "mount";
@@ -108,18 +111,23 @@ pub struct Observation {
     /// 64 accesses the layer saw (after the fault's own record: a write's trace record comes
     /// before it, a failed read has none).
     pub retried: bool,
-    /// The block that failed to read was written within the next 64 accesses: repaired from
-    /// another copy.
+    /// On a file system that keeps copies of its metadata (`FileSystem::metadata_copies`),
+    /// the block that failed to read (or read corrupt) was written within the next 64
+    /// accesses: repaired from the other copy. Elsewhere a write of a block just read is the
+    /// file system's own update (of data it may have taken in corrupt), so it is not looked
+    /// for.
     #[serde(default)]
     pub rewritten: bool,
-    /// Online: the mount's failure, the program's steps, whether it hung, whether the file
-    /// system turned read-only, the unmount's failure.
+    /// Online: the mount's failure, the program's steps, whether the mount, the program or
+    /// the unmount hung (outlived the deadline), whether the file system turned read-only,
+    /// the unmount's failure.
     pub mount_error: Option<String>,
     pub steps: Vec<Step>,
     pub hung: bool,
     pub read_only: bool,
     pub umount_error: Option<String>,
-    /// The file system's kernel log lines (warning or worse) naming the device, online.
+    /// The kernel log lines naming the device while it was online: warnings and worse, and
+    /// lines at any level that speak of an error or corruption.
     pub kernel_online: Vec<String>,
     /// Kernel lines that name no device but mean a kernel bug (BUG, Oops, WARNING, call
     /// traces), seen while the experiment ran.
@@ -129,8 +137,11 @@ pub struct Observation {
     pub remount_error: Option<String>,
     pub kernel_remount: Vec<String>,
     pub before_repair: Option<Comparison>,
-    /// The checker: problems found (`check`), its status and last lines.
+    /// The checker: problems found (`check`), its status and last lines, and whether it
+    /// outlived the deadline (then it found nothing we know of).
     pub check_found: bool,
+    #[serde(default)]
+    pub check_hung: bool,
     pub check_status: Option<i32>,
     pub check_tail: String,
     /// The repair's status, then the last mount: its failure, or the tree compared.
@@ -216,6 +227,13 @@ struct Online {
 }
 
 fn clean_dir(dir: &Path) -> Result<(), String> {
+    // A mount left by an experiment whose harness failed must not be removed through.
+    for sub in ["mnt", "export"] {
+        let m = dir.join(sub);
+        if host::is_mountpoint(&m) {
+            host::umount(&m, host::SHORT);
+        }
+    }
     if dir.exists() {
         std::fs::remove_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
@@ -275,11 +293,22 @@ fn online(
         device: lo.name(),
         program_s: 0.0,
     };
+    if m.timed_out {
+        // A mount stuck in the kernel: free it, and take away what it may still mount.
+        server.kill();
+        host::umount(&mnt, host::SHORT);
+    }
     if !m.ok() {
         o.mount_error = Some(m.failure("mount"));
     } else {
-        if program != MOUNT && fault.is_some() {
-            o.fault_id = arm(&server)?;
+        let armed = if program != MOUNT && fault.is_some() { arm(&server) } else { Ok(None) };
+        match armed {
+            Ok(Some(id)) => o.fault_id = Some(id),
+            Ok(None) => {}
+            Err(e) => {
+                host::umount(&mnt, s.deadline);
+                return Err(format!("arming the fault: {e}"));
+            }
         }
         if program != MOUNT && program != UMOUNT {
             let mut cmd = Command::new(s.exe);
@@ -294,7 +323,7 @@ fn online(
                 o.outcome = Some(Outcome {
                     program: program.into(),
                     steps: vec![Step {
-                        call: "the program".into(),
+                        call: PROGRAM_DIED.into(),
                         errno: None,
                         error: Some(ran.failure("fs-program")),
                     }],
@@ -312,46 +341,69 @@ fn online(
             o.hung |= u.timed_out;
         }
     }
-    if let Some(id) = o.fault_id {
-        o.fired = server.fired(id).unwrap_or(0);
-    }
     drop(lo);
     server.stop();
     o.records = read_records(&log);
+    // The injections, from the log: the server may be gone (killed to free a hang).
+    if let Some(id) = o.fault_id {
+        o.fired = o.records.iter().filter(|r| r.fault == id && r.kind != "trace").count() as u64;
+    }
     // The kernel writes its lines as things happen; a moment lets the last ones land.
     std::thread::sleep(Duration::from_millis(20));
     o.kernel = klog.read_new();
     Ok(o)
 }
 
-/// What a mount of the image offline found: the mount's (or the walk's) failure, the tree,
-/// the kernel lines about the device.
-type Remount = (Option<String>, Option<Tree>, Vec<String>);
+/// What a mount of the image offline found.
+struct Remount {
+    /// The mount's (or the walk's) failure.
+    error: Option<String>,
+    tree: Option<Tree>,
+    /// The kernel lines about the device, and those of a kernel bug.
+    lines: Vec<String>,
+    bugs: Vec<String>,
+}
+
+/// Walks the tree at `root` on a thread of its own, waiting at most `deadline`: a walk stuck
+/// in a damaged file system is abandoned (the thread stays blocked in the kernel until the
+/// lazy unmount lets go) instead of stopping the study.
+fn read_tree(root: &Path, deadline: Duration) -> Result<Tree, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let root = root.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(Tree::read(&root));
+    });
+    rx.recv_timeout(deadline).unwrap_or_else(|_| Err("the walk did not end".into()))
+}
 
 /// Mounts the image file, reads its tree and unmounts.
 fn mount_and_read(s: &Setup, image: &Path, klog: &mut KernelLog) -> Result<Remount, String> {
     let lo = Loop::attach(image, false, Some(s.loops.1))?;
     let mnt = s.work.join("mnt");
     let m = host::mount(&lo.dev, &mnt, s.fs.kind, s.fs.mount_options, s.deadline);
-    let mut tree = None;
-    let mut error = None;
+    let mut r = Remount { error: None, tree: None, lines: Vec::new(), bugs: Vec::new() };
     if m.ok() {
-        match Tree::read(&mnt) {
-            Ok(t) => tree = Some(t),
-            Err(e) => error = Some(format!("reading the tree: {e}")),
+        match read_tree(&mnt, s.deadline) {
+            Ok(t) => r.tree = Some(t),
+            Err(e) => r.error = Some(format!("reading the tree: {e}")),
         }
         let u = host::umount(&mnt, s.deadline);
         if !u.ok() {
-            error.get_or_insert(u.failure("umount"));
+            r.error.get_or_insert(u.failure("umount"));
         }
     } else {
-        error = Some(m.failure("mount"));
+        r.error = Some(m.failure("mount"));
+        if m.timed_out {
+            host::umount(&mnt, host::SHORT);
+        }
     }
     let name = lo.name();
     drop(lo);
     std::thread::sleep(Duration::from_millis(20));
-    let lines = device_lines(&klog.read_new(), &name);
-    Ok((error, tree, lines))
+    let lines = klog.read_new();
+    r.lines = device_lines(&lines, &name);
+    r.bugs = bug_lines(&lines);
+    Ok(r)
 }
 
 /// Runs the tracing run of `program`.
@@ -379,17 +431,28 @@ pub fn trace(s: &Setup, program: &str) -> Result<Trace, String> {
         }
     }
     let image = s.work.join("image");
-    let (error, tree, _) = mount_and_read(s, &image, &mut klog)?;
-    let expected = tree.ok_or_else(|| format!("the fault-free run of {program}: {error:?}"))?;
+    let r = mount_and_read(s, &image, &mut klog)?;
+    let expected =
+        r.tree.ok_or_else(|| format!("the fault-free run of {program}: {:?}", r.error))?;
+    let steps = o.outcome.map(|x| x.steps).unwrap_or_default();
+    if let Some(bad) = steps.iter().find(|x| x.error.is_some()) {
+        return Err(format!(
+            "the fault-free run of {program}: {} failed: {:?}",
+            bad.call, bad.error
+        ));
+    }
     let check = s.fs.run_checker(s.fs.check, &image, s.deadline);
+    if !check.ok() {
+        return Err(check.failure(&format!("the image after the fault-free run of {program}")));
+    }
     Ok(Trace {
         fs: s.fs.name.into(),
         program: program.into(),
         window: pairs,
         accesses: window.len() as u64,
         expected,
-        steps: o.outcome.map(|x| x.steps).unwrap_or_default(),
-        clean: check.ok(),
+        steps,
+        clean: true,
     })
 }
 
@@ -454,7 +517,8 @@ fn observe(
             // A block that failed to read (or read corrupt) and is written soon after was
             // rewritten from another copy: how btrfs repairs its duplicated metadata. Its own
             // line saying so is rate-limited by the kernel, the write is not.
-            obs.rewritten = hit.op == "read"
+            obs.rewritten = s.fs.metadata_copies
+                && hit.op == "read"
                 && o.records[i + 1..(i + 65).min(o.records.len())]
                     .iter()
                     .any(|r| r.kind == "trace" && r.op == "write" && r.lba == hit.lba);
@@ -468,17 +532,18 @@ fn observe(
     obs.check_found =
         check.status.is_some_and(|c| s.fs.check_found.contains(&c)) || check.timed_out;
     obs.check_tail = host::last_lines(&format!("{}\n{}", check.stdout, check.stderr), 4);
-    let (error, tree, lines) = mount_and_read(s, &image, &mut klog)?;
-    obs.remount_error = error;
-    obs.kernel_remount = lines;
-    obs.before_repair = tree.map(|t| image::compare(&t, s.golden_tree, expected, s.made_s));
+    let r = mount_and_read(s, &image, &mut klog)?;
+    obs.remount_error = r.error;
+    obs.kernel_remount = r.lines;
+    obs.kernel_bugs.extend(r.bugs);
+    obs.before_repair = r.tree.map(|t| image::compare(&t, s.golden_tree, expected, s.made_s));
     let repair = s.fs.run_checker(s.fs.repair, &image, s.deadline);
     obs.repair_status = repair.status;
-    let (error, tree, lines) = mount_and_read(s, &image, &mut klog)?;
-    obs.kernel_remount.extend(lines);
-    obs.final_mount_error = error;
-    obs.after_repair = tree.map(|t| image::compare(&t, s.golden_tree, expected, s.made_s));
-    obs.kernel_bugs.extend(bug_lines(&klog.read_new()));
+    let r = mount_and_read(s, &image, &mut klog)?;
+    obs.kernel_remount.extend(r.lines);
+    obs.kernel_bugs.extend(r.bugs);
+    obs.final_mount_error = r.error;
+    obs.after_repair = r.tree.map(|t| image::compare(&t, s.golden_tree, expected, s.made_s));
     Ok(())
 }
 

@@ -26,6 +26,9 @@ pub struct FileSystem {
     pub check: &'static [&'static str],
     /// The checker that repairs.
     pub repair: &'static [&'static str],
+    /// Whether it keeps a second copy of its metadata to repair a block from (the
+    /// `rewritten` observation is looked for only then).
+    pub metadata_copies: bool,
     /// Mount options: xfs refuses a second file system with the UUID of one mounted already,
     /// which copies of one image running side by side are (`nouuid`).
     pub mount_options: &'static str,
@@ -42,6 +45,7 @@ const BTRFS: FileSystem = FileSystem {
     mkfs: &["mkfs.btrfs", "-q", "-f"],
     check: &["btrfs", "check", "--readonly"],
     repair: &["btrfs", "check", "--repair", "--force"],
+    metadata_copies: false,
     // Copies of one btrfs mount side by side since Linux 6.7 (temp-fsid).
     mount_options: "",
     // btrfs check: 1 = errors found.
@@ -59,6 +63,7 @@ pub const FILE_SYSTEMS: &[FileSystem] = &[
         mkfs: &["mkfs.ext4", "-q", "-F", "-b", "4096"],
         check: &["e2fsck", "-f", "-n"],
         repair: &["e2fsck", "-f", "-y"],
+        metadata_copies: false,
         mount_options: "",
         // e2fsck: 4 = errors left uncorrected (with -n, every error found); 8 = it could not
         // open the file system (a superblock it refuses), which is a finding too.
@@ -71,6 +76,7 @@ pub const FILE_SYSTEMS: &[FileSystem] = &[
         mkfs: &["mkfs.xfs", "-q", "-f"],
         check: &["xfs_repair", "-n"],
         repair: &["xfs_repair"],
+        metadata_copies: false,
         mount_options: "nouuid",
         // xfs_repair -n: 1 = corruption found.
         check_found: &[1],
@@ -79,7 +85,12 @@ pub const FILE_SYSTEMS: &[FileSystem] = &[
     // device is an SSD, Btrfs turns off metadata replication by default"). btrfs-progs 5.15
     // and later keep two copies on every single device; that is `btrfs-dup`.
     FileSystem { name: "btrfs", mkfs: &["mkfs.btrfs", "-q", "-f", "-m", "single"], ..BTRFS },
-    FileSystem { name: "btrfs-dup", mkfs: &["mkfs.btrfs", "-q", "-f", "-m", "dup"], ..BTRFS },
+    FileSystem {
+        name: "btrfs-dup",
+        mkfs: &["mkfs.btrfs", "-q", "-f", "-m", "dup"],
+        metadata_copies: true,
+        ..BTRFS
+    },
 ];
 
 pub fn file_system(name: &str) -> Result<&'static FileSystem, String> {

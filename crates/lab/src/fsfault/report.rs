@@ -70,26 +70,27 @@ fn columns(s: &Study) -> Vec<String> {
 /// One table: rows (structures in first-seen order), the cells' text and severity.
 struct Table {
     rows: Vec<String>,
-    cells: BTreeMap<(String, String), (Vec<String>, u8)>,
+    /// Each cell's texts and its worst severity (`None`: nothing was observed there).
+    cells: BTreeMap<(String, String), (Vec<String>, Option<u8>)>,
 }
 
 fn table(s: &Study, fs: &str, kind: &str) -> Table {
     let mut rows: Vec<String> = Vec::new();
-    let mut cells: BTreeMap<(String, String), (Vec<String>, u8)> = BTreeMap::new();
+    let mut cells: BTreeMap<(String, String), (Vec<String>, Option<u8>)> = BTreeMap::new();
     for o in s.observations.iter().filter(|o| o.fs == fs && kind_of(o) == kind) {
         let st = structure_of(o).to_string();
         if !rows.contains(&st) {
             rows.push(st.clone());
         }
         let (text, sev) = if o.harness_error.is_some() {
-            ("?".to_string(), 0)
+            ("?".to_string(), None)
         } else if o.fired == 0 {
-            ("·".to_string(), 0)
+            ("·".to_string(), None)
         } else {
             let c = classify::classify(o);
-            (classify::cell(&c), classify::severity(&c))
+            (classify::cell(&c), Some(classify::severity(&c)))
         };
-        let e = cells.entry((st, o.program.clone())).or_insert((Vec::new(), 0));
+        let e = cells.entry((st, o.program.clone())).or_insert((Vec::new(), None));
         if !e.0.contains(&text) {
             e.0.push(text);
         }
@@ -156,7 +157,9 @@ pub fn write(s: &Study, doc: &Path, plots: &Path, command: &str) -> Result<Vec<P
                 .iter()
                 .map(|r| {
                     cols.iter()
-                        .map(|c| t.cells.get(&(r.clone(), c.clone())).map(|x| x.1 as f64))
+                        .map(|c| {
+                            t.cells.get(&(r.clone(), c.clone())).and_then(|x| x.1).map(f64::from)
+                        })
                         .collect()
                 })
                 .collect();
@@ -269,11 +272,16 @@ fn summary(s: &Study) -> String {
         "The thesis: \"around 16% of [more than seven thousand fault scenarios] result in \
          severe failure cases (kernel panic, unmountable file system)\" (§2.2), and it counts \
          data loss and silent corruption among its severe cases. Ours, by the rules of \
-         docs/fsfault.md (unmountable after repair, a kernel bug, a hung program, data lost \
-         beyond the operation, or silent corruption):\n"
+         docs/fsfault.md (unmountable after repair, a kernel bug, a hang, data lost beyond the \
+         operation, wrong bytes handed to a program with nothing noticed, or silent \
+         corruption):\n"
     );
-    let _ = writeln!(md, "| file system | fault kind | experiments | severe | unmountable | kernel bug / hung | data loss | silent corruption |");
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        md,
+        "| file system | fault kind | experiments | severe | unmountable | kernel bug / hung \
+         | data loss | wrong data returned | silent corruption |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
     let mut all = (0, 0);
     for fs in &s.opts.file_systems {
         for kind in &s.opts.kinds {
@@ -293,12 +301,13 @@ fn summary(s: &Study) -> String {
             all = (all.0 + classes.len(), all.1 + severe);
             let _ = writeln!(
                 md,
-                "| {fs} | {kind} | {} | {severe} ({}) | {} | {} | {} | {} |",
+                "| {fs} | {kind} | {} | {severe} ({}) | {} | {} | {} | {} | {} |",
                 classes.len(),
                 pct(severe, classes.len()),
                 n(&["unmountable"]),
                 n(&["kernel bug", "hung"]),
                 n(&["data loss"]),
+                n(&["wrong data returned"]),
                 n(&["silent corruption"]),
             );
         }

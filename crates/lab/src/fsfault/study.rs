@@ -142,6 +142,16 @@ impl Options {
                 )));
             }
         }
+        for (what, names) in [
+            ("file system", &self.file_systems),
+            ("program", &self.programs),
+            ("fault kind", &self.kinds),
+            ("structure", &self.structures),
+        ] {
+            if let Some((i, n)) = names.iter().enumerate().find(|(i, n)| names[..*i].contains(n)) {
+                return Err(bad(format!("{what} {n:?} is named twice (item {})", i + 1)));
+            }
+        }
         if self.file_systems.is_empty() || self.programs.is_empty() || self.kinds.is_empty() {
             return Err(bad("the study needs a file system, a program and a fault kind".into()));
         }
@@ -298,7 +308,9 @@ pub fn run(opts: &Options) -> Result<Study, Error> {
     };
     let deadline = Duration::from_secs(opts.deadline_s);
 
-    // Step 1: the populated images.
+    // Step 1: the populated images. An image made anew makes the traces and observations of
+    // the old one meaningless (their expected trees, their times): they go.
+    let obs_path = dir.join("observations.jsonl");
     let mut goldens: BTreeMap<String, Golden> = BTreeMap::new();
     for f in &opts.file_systems {
         let fs = image::file_system(f).map_err(Error::Input)?;
@@ -315,6 +327,7 @@ pub fn run(opts: &Options) -> Result<Study, Error> {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs() as i64);
                 let g = Golden { made_s, tree };
+                forget(dir, &obs_path, f)?;
                 write_json(&meta, &g)?;
                 g
             }
@@ -369,7 +382,6 @@ pub fn run(opts: &Options) -> Result<Study, Error> {
 
     // Step 3: the experiments not done yet.
     let planned = plan(opts, &traces);
-    let obs_path = dir.join("observations.jsonl");
     let mut done: BTreeMap<String, Observation> = BTreeMap::new();
     for line in std::fs::read_to_string(&obs_path).unwrap_or_default().lines() {
         if let Ok(o) = serde_json::from_str::<Observation>(line) {
@@ -388,13 +400,18 @@ pub fn run(opts: &Options) -> Result<Study, Error> {
     ));
     let expected: BTreeMap<(String, String), &Tree> =
         traces.iter().map(|t| ((t.fs.clone(), t.program.clone()), &t.expected)).collect();
-    let out = Mutex::new(
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&obs_path)
-            .map_err(|e| io(&obs_path, e))?,
-    );
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&obs_path)
+        .map_err(|e| io(&obs_path, e))?;
+    // A study killed while writing a line leaves it torn: end it, so the next line stands
+    // alone (the torn one is not an observation and its experiment runs again).
+    let text = std::fs::read(&obs_path).map_err(|e| io(&obs_path, e))?;
+    if text.last().is_some_and(|&b| b != b'\n') {
+        writeln!(file).map_err(|e| io(&obs_path, e))?;
+    }
+    let out = Mutex::new(file);
     let finished = AtomicUsize::new(0);
     let fresh = Mutex::new(Vec::new());
     parallel(todo.len(), opts.jobs, |i, w| {
@@ -421,6 +438,20 @@ pub fn run(opts: &Options) -> Result<Study, Error> {
     // In the plan's order, only what this study planned.
     let observations = planned.iter().filter_map(|p| done.remove(&p.id)).collect();
     Ok(Study { opts: opts.clone(), traces, observations, planned: planned.len() })
+}
+
+/// Removes file system `fs`'s traces and observations from the results folder.
+fn forget(dir: &Path, obs_path: &Path, fs: &str) -> Result<(), Error> {
+    for p in all_programs() {
+        let _ = std::fs::remove_file(dir.join(format!("traces/{fs}-{p}.json")));
+    }
+    let Ok(text) = std::fs::read_to_string(obs_path) else { return Ok(()) };
+    let kept: String = text
+        .lines()
+        .filter(|l| serde_json::from_str::<Observation>(l).is_ok_and(|o| o.fs != fs))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(obs_path, kept).map_err(|e| io(obs_path, e))
 }
 
 /// The mkfs arguments that fix `fs`'s UUID.
@@ -492,12 +523,15 @@ mod tests {
     }
 
     #[test]
-    fn unknown_names_are_refused_by_name() {
+    fn unknown_and_repeated_names_are_refused_by_name() {
         let mut o = opts(&["read-error"]);
         o.programs = vec!["fork".into()];
         assert!(o.check().unwrap_err().to_string().contains("\"fork\""));
         let o = opts(&["bitrot"]);
         assert!(o.check().unwrap_err().to_string().contains("\"bitrot\""));
+        let o = opts(&["lost", "read-error", "lost"]);
+        let e = o.check().unwrap_err().to_string();
+        assert!(e.contains("\"lost\" is named twice (item 3)"), "{e}");
     }
 
     #[test]
