@@ -9,9 +9,9 @@
 //! on a directory block reaches `getdirentries` as EIO (D_ErrorCode, R_Propagate); a write
 //! error on the journal makes ext4 abort it and fail the fsync (R_Propagate, R_Stop); a lost
 //! write of a directory block goes unnoticed online and e2fsck finds it (D_Zero, D_Fsck); the
-//! tables, CSV and heat maps are written; a second run resumes (runs nothing), a run
-//! interrupted after three experiments runs the rest, and a run with another seed on the same
-//! folder is refused.
+//! tables, CSV and heat maps are written; a second run resumes (runs nothing); a study killed
+//! after three experiments is finished by the next run, which takes back the loop devices and
+//! mounts the killed one left; a run with another seed on the same folder is refused.
 //!
 //! Method: the real binary on a scratch directory of the machine's file system, a fresh
 //! population for every program (chdir and chroot change the process, so each program is a
@@ -119,9 +119,9 @@ fn a_failing_step_is_named_with_its_errno_and_exits_1() {
     assert!(text(&out.stderr).contains("no test program \"fly\""), "{}", text(&out.stderr));
 }
 
-/// Runs the short ext4 study into `results`; returns its exit code and stderr.
-fn study(results: &Path, seed: &str) -> (Option<i32>, String) {
-    let out = flashrig(&[
+/// The arguments of the short ext4 study into `results`.
+fn study_args(results: &Path, seed: &str) -> Vec<String> {
+    let args = [
         "fsfault",
         "--fs",
         "ext4",
@@ -135,7 +135,14 @@ fn study(results: &Path, seed: &str) -> (Option<i32>, String) {
         "2",
         "--results",
         results.to_str().unwrap(),
-    ]);
+    ];
+    args.iter().map(|a| a.to_string()).collect()
+}
+
+/// Runs the short ext4 study into `results`; returns its exit code and stderr.
+fn study(results: &Path, seed: &str) -> (Option<i32>, String) {
+    let args = study_args(results, seed);
+    let out = flashrig(&args.iter().map(String::as_str).collect::<Vec<_>>());
     (out.status.code(), text(&out.stderr))
 }
 
@@ -205,20 +212,41 @@ fn a_short_fsfault_study_on_ext4_classifies_what_ext4_does() {
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains(&format!("{} done before, 0 to run", obs.len())), "{err}");
     assert_eq!(std::fs::read_to_string(results.join("observations.jsonl")).unwrap(), lines);
-    // Interrupted after three experiments: the next run runs the rest, and the study ends
-    // with every experiment once.
-    let first: Vec<&str> = lines.lines().take(3).collect();
-    std::fs::write(results.join("observations.jsonl"), first.join("\n") + "\n").unwrap();
+    // Killed (SIGKILL, nothing cleaned up) after three experiments: the next run takes back
+    // the loop devices and mounts left behind, runs the rest, and the study ends with every
+    // experiment once and nothing left attached or mounted under the folder.
+    std::fs::remove_file(results.join("observations.jsonl")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flashrig"))
+        .args(study_args(&results, "1"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let obs_file = results.join("observations.jsonl");
+    let start = std::time::Instant::now();
+    while std::fs::read_to_string(&obs_file).unwrap_or_default().lines().count() < 3 {
+        assert!(start.elapsed().as_secs() < 300, "the study wrote no 3 observations");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
     let (code, err) = study(&results, "1");
     assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains(&format!("3 done before, {} to run", obs.len() - 3)), "{err}");
-    let again = std::fs::read_to_string(results.join("observations.jsonl")).unwrap();
-    let mut ids: Vec<String> =
-        again.lines().map(|l| serde_json::from_str::<Observation>(l).unwrap().id).collect();
+    assert!(err.contains("done before"), "{err}");
+    let again = std::fs::read_to_string(&obs_file).unwrap();
+    let mut ids: Vec<String> = again
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Observation>(l).ok())
+        .map(|o| o.id)
+        .collect();
     let mut want: Vec<String> = obs.iter().map(|o| o.id.clone()).collect();
     ids.sort();
     want.sort();
     assert_eq!(ids, want);
+    let abs = std::path::absolute(&results).unwrap();
+    let loops = text(&Command::new("losetup").args(["--list", "--raw"]).output().unwrap().stdout);
+    assert!(!loops.contains(abs.to_str().unwrap()), "{loops}");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(abs.to_str().unwrap()), "{mounts}");
     // Another seed would mix two studies in one folder.
     let (code, err) = study(&results, "2");
     assert_eq!(code, Some(2), "{err}");

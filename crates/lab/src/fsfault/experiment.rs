@@ -227,17 +227,26 @@ struct Online {
 }
 
 fn clean_dir(dir: &Path) -> Result<(), String> {
-    // A mount left by an experiment whose harness failed must not be removed through.
-    for sub in ["mnt", "export"] {
-        let m = dir.join(sub);
-        if host::is_mountpoint(&m) {
-            host::umount(&m, host::SHORT);
-        }
-    }
+    release(dir);
     if dir.exists() {
         std::fs::remove_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+/// Lets go of what an experiment in `dir` may have left behind when its harness failed or its
+/// study was interrupted: the kernel file system's mount, the loop devices, the FUSE mount,
+/// in that order (each holds the next). Nothing may be removed through a mount.
+pub fn release(dir: &Path) {
+    let mnt = dir.join("mnt");
+    if host::is_mountpoint(&mnt) {
+        host::umount(&mnt, host::SHORT);
+    }
+    host::detach_loops_under(dir);
+    let export = dir.join("export");
+    if host::is_mountpoint(&export) {
+        host::umount(&export, host::SHORT);
+    }
 }
 
 /// The online part: serve a copy of the image, mount, arm, run `program`, unmount.

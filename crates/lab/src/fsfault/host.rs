@@ -207,6 +207,21 @@ impl Drop for Loop {
     }
 }
 
+/// Detaches every loop device whose backing file lies under `dir`: a study interrupted
+/// (Ctrl-C, a kill) leaves its loop devices attached, and the next run on the folder takes
+/// them back before it clears the folder.
+pub fn detach_loops_under(dir: &Path) {
+    let Ok(dir) = std::path::absolute(dir) else { return };
+    let list = ["--list", "--noheadings", "--raw", "--output", "NAME,BACK-FILE"];
+    for line in run("losetup", &list, SHORT).stdout.lines() {
+        if let Some((name, back)) = line.split_once(' ') {
+            if Path::new(back).starts_with(&dir) {
+                let _ = run("losetup", &["-d", name], SHORT);
+            }
+        }
+    }
+}
+
 /// Mounts `dev` (a file system of type `fs_type`) on `dir` with `options` (none when empty).
 /// The type is given so that mount(8) does not probe the device from user space first: a
 /// fault armed for the mount must meet the kernel's reads, not libblkid's.

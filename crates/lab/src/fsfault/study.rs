@@ -301,6 +301,7 @@ pub fn run(opts: &Options) -> Result<Study, Error> {
         }
     }
     write_json(&study_file, opts)?;
+    release_work(dir);
     let say = |s: String| {
         if !opts.quiet {
             eprintln!("{s}");
@@ -433,11 +434,24 @@ pub fn run(opts: &Options) -> Result<Study, Error> {
         done.insert(o.id.clone(), o);
     }
     if !opts.keep_work {
+        release_work(dir);
         let _ = std::fs::remove_dir_all(dir.join("work"));
     }
     // In the plan's order, only what this study planned.
     let observations = planned.iter().filter_map(|p| done.remove(&p.id)).collect();
     Ok(Study { opts: opts.clone(), traces, observations, planned: planned.len() })
+}
+
+/// Lets go of whatever experiments of an interrupted study left mounted or attached in the
+/// results folder's `work/` (`experiment::release`).
+fn release_work(dir: &Path) {
+    let work = dir.join("work");
+    if let Ok(entries) = std::fs::read_dir(&work) {
+        for e in entries.flatten() {
+            experiment::release(&e.path());
+        }
+    }
+    super::host::detach_loops_under(&work);
 }
 
 /// Removes file system `fs`'s traces and observations from the results folder.
