@@ -178,15 +178,8 @@ fn draw_bars(
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(categories.len().max(1) * 2 + 1)
-        .x_label_formatter(&|v| {
-            // Label each group at its centre.
-            let c = v - v.floor();
-            if (c - 0.5).abs() < 1e-6 {
-                names.get(v.floor() as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
+        // Label each group at its centre.
+        .x_label_formatter(&|v| centre_label(&names, *v))
         .y_desc(y_label)
         .draw()
         .map_err(|e| e.to_string())?;

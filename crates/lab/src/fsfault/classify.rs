@@ -101,28 +101,33 @@ fn is_buffer_layer(line: &str) -> bool {
     line.starts_with("Buffer I/O error")
 }
 
+/// What a kernel line says when the file system stopped: read-only, journal aborted, shut
+/// down (R_Stop).
+const STOP_WORDS: &[&str] =
+    &["shut down", "shutting down", "forced readonly", "read-only", "aborting journal"];
+
+/// What a kernel line says when the file system corrected an error from another copy.
+const CORRECTED_WORDS: &[&str] = &["corrected", "fixed up", "repaired"];
+
+/// Whether `line` says any of `words` (case aside).
+fn says(line: &str, words: &[&str]) -> bool {
+    let l = line.to_ascii_lowercase();
+    words.iter().any(|w| l.contains(w))
+}
+
 /// Lines that say what the file system did about an error it found (turned read-only,
 /// aborted the journal, corrected a block, asks for a check), not how it found it.
 fn is_consequence(line: &str) -> bool {
-    let l = line.to_ascii_lowercase();
-    [
-        "read-only",
+    const OTHER: &[&str] = &[
         "readonly",
-        "aborting journal",
-        "shut down",
-        "shutting down",
-        "corrected",
-        "fixed up",
-        "repaired",
         "run e2fsck",
         "run xfs_repair",
         "need of filesystem check",
         "mounting fs with errors",
         "error recorded from previous mount",
         "first 128 bytes",
-    ]
-    .iter()
-    .any(|p| l.contains(p))
+    ];
+    says(line, STOP_WORDS) || says(line, CORRECTED_WORDS) || says(line, OTHER)
 }
 
 /// Classifies one experiment that ran (fired, no harness error).
@@ -176,25 +181,14 @@ pub fn classify(o: &Observation) -> Class {
     // A read served again from another copy (btrfs' "read error corrected" from its metadata
     // copy) is a retry that the thesis' Table 2.4 has no closer class for.
     let read_fault = o.fault.as_ref().is_some_and(|f| f.op == "read");
-    let corrected = read_fault
-        && lines.iter().any(|l| {
-            let l = l.to_ascii_lowercase();
-            l.contains("corrected") || l.contains("fixed up") || l.contains("repaired")
-        });
+    let corrected = read_fault && lines.iter().any(|l| says(l, CORRECTED_WORDS));
     if o.retried || o.rewritten || corrected {
         recovery.push(Recovery::Retry);
     }
     if errno || failed_mount {
         recovery.push(Recovery::Propagate);
     }
-    let shut_down = o.kernel_online.iter().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.contains("shut down")
-            || l.contains("shutting down")
-            || l.contains("forced readonly")
-            || l.contains("read-only")
-            || l.contains("aborting journal")
-    });
+    let shut_down = o.kernel_online.iter().any(|l| says(l, STOP_WORDS));
     let stop = o.read_only || shut_down || o.hung || bug;
     let before = o.before_repair.as_ref();
     let previous = before.is_some_and(|c| c.same_as_previous && !c.same_as_expected)
