@@ -11,7 +11,7 @@ use super::phase;
 use super::traces::TraceRun;
 use super::{
     arr, tr, CheckScale, Key, FSR_CONV, FULL_SCALE_RUNTIME_MS, FUSION, RAID5F, SCALA, SCALA_FAMILY,
-    SCALA_PACED, SCALA_SEP, SCALA_WR, SCALA_WR_PACED, SCALA_WR_SEP,
+    SCALA_PACED, SCALA_SEP, SCALA_WR, SCALA_WR_PACED,
 };
 use crate::core::scale::{reduce_device, scaled_count};
 use crate::core::{Mode, Plan};
@@ -278,27 +278,31 @@ pub(super) fn plan(mode: Mode, traces: &[TraceRun]) -> Result<Plan<Key>, Error> 
             cfg.replay = Some(t.replay.clone());
             let cfg = prepare(cfg, mode)?;
             let weight = 50.0 + t.requests as f64 / 10_000.0;
-            // Fig. 16's bracket: ScalaAFA and Scala-WR again on SSDs that keep transient
-            // data in SLC lines of their own, and on SSDs that evict beside host writes when
-            // their cache is full.
-            let bracket = match system.as_str() {
-                SCALA => Some((SCALA_SEP, SCALA_PACED)),
-                SCALA_WR => Some((SCALA_WR_SEP, SCALA_WR_PACED)),
-                _ => None,
-            };
-            if let Some((sep, paced)) = bracket {
-                let mut c = cfg.clone();
-                set_ssd_firmware(&mut c.device, "slc_transient_placement", &|f| {
-                    f.slc_transient_placement = TransientPlacement::Separate
-                });
-                let label = format!("{}-separate-{}", system, t.name);
-                p.add(tr(sep, &t.name), label, c, weight);
-                let mut c = cfg.clone();
+            // Fig. 16: ScalaAFA and Scala-WR again on SSDs that evict when their SLC cache
+            // is full (§5.5), ScalaAFA in both placements of its transient data (a bracket;
+            // Scala-WR has no transient data, so its one run is the denominator of both).
+            let paced = |mut c: Config| {
                 set_ssd_firmware(&mut c.device, "slc_eviction", &|f| {
                     f.slc_eviction = SlcEviction::Paced
                 });
-                let label = format!("{}-paced-{}", system, t.name);
-                p.add(tr(paced, &t.name), label, c, weight);
+                c
+            };
+            if system == SCALA {
+                let mut c = paced(cfg.clone());
+                set_ssd_firmware(&mut c.device, "slc_transient_placement", &|f| {
+                    f.slc_transient_placement = TransientPlacement::Separate
+                });
+                let label = format!("{system}-separate-paced-{}", t.name);
+                p.add(tr(SCALA_SEP, &t.name), label, c, weight);
+            }
+            let paced_system = match system.as_str() {
+                SCALA => Some(SCALA_PACED),
+                SCALA_WR => Some(SCALA_WR_PACED),
+                _ => None,
+            };
+            if let Some(paced_system) = paced_system {
+                let label = format!("{system}-paced-{}", t.name);
+                p.add(tr(paced_system, &t.name), label, paced(cfg.clone()), weight);
             }
             p.add(tr(&system, &t.name), format!("{system}-{}", t.name), cfg, weight);
         }
@@ -325,6 +329,54 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Collects the `slc_eviction` and `slc_transient_placement` of every SSD in a stack.
+    fn ssd_policies(d: &DeviceConfig, out: &mut Vec<(SlcEviction, TransientPlacement)>) {
+        match d {
+            DeviceConfig::Ssd(s) => {
+                let f = &s.0.firmware;
+                out.push((f.slc_eviction, f.slc_transient_placement));
+            }
+            DeviceConfig::Scala(c) => {
+                c.members.iter().chain(c.member.as_deref()).for_each(|m| ssd_policies(m, out))
+            }
+            DeviceConfig::Twophase(t) => {
+                t.members.iter().chain(t.member.as_deref()).for_each(|m| ssd_policies(m, out))
+            }
+            DeviceConfig::Raid(r) => {
+                r.members.iter().chain(r.member.as_deref()).for_each(|m| ssd_policies(m, out))
+            }
+            _ => {}
+        }
+    }
+
+    /// Fig. 16 compares runs on the SSD §5.5 describes, which evicts when its SLC cache is
+    /// full: every compared run must use paced eviction, ScalaAFA in both placements, and
+    /// Scala-WR (no transient hint) in one; the other figures keep the preset's cache.
+    #[test]
+    fn fig16_runs_evict_when_full_in_both_placements() {
+        let dir = std::env::temp_dir();
+        let traces = super::super::traces::traces(Mode::Quick, &dir, &dir);
+        let plan = plan(Mode::Quick, &traces).unwrap();
+        let t = &traces.iter().find(|t| t.table2).unwrap().name;
+        let policies = |system: &str| {
+            let job = &plan.jobs[plan.keys[&tr(system, t)]];
+            let mut v = Vec::new();
+            ssd_policies(&job.config.device, &mut v);
+            assert!(!v.is_empty(), "{system}: an array of SSDs");
+            v.dedup();
+            assert_eq!(v.len(), 1, "{system}: every member alike");
+            v[0]
+        };
+        use {SlcEviction::Paced, TransientPlacement::*};
+        assert_eq!(policies(SCALA_PACED), (Paced, Mixed));
+        assert_eq!(policies(SCALA_SEP), (Paced, Separate));
+        assert_eq!(policies(SCALA_WR_PACED), (Paced, Mixed));
+        // Figs. 12 and 13 run the preset's own cache.
+        let preset = policies(SCALA);
+        assert_ne!(preset.0, Paced, "the scalaafa-femu preset's cache is not paced");
+        assert_eq!(policies(SCALA_WR), preset);
     }
 
     #[test]

@@ -74,8 +74,9 @@ pub(super) fn model_reasons(claim: &Claim<Key>, r: &Results<Key>) -> Vec<String>
             "MLC page writes come from SLC eviction and GC; the transient area is the SLC \
              cache's size (§5.1); with the transient-aware evictor an SLC line's score is \
              invalid − transient pages (§5.5), so tags matter only where lines differ in both; \
-             the paper does not say whether its SSD mixes transient data with other data in \
-             SLC lines, so both placements are run and reported as a bracket"
+             the SSDs evict when their SLC cache is full, as §5.5 says (paced eviction); the \
+             paper does not say whether its SSD mixes transient data with other data in SLC \
+             lines, so both placements are run and reported as a bracket"
                 .to_string(),
         );
     }
