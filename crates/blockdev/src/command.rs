@@ -13,11 +13,22 @@ pub struct WriteHints {
     pub transient: bool,
     /// Stream or tenant id, for placement (CSAL groups compaction by tenant).
     pub stream: Option<u16>,
+    /// The write prepares the device for a measurement (`[precondition]`) rather than being
+    /// part of one. An emulated SSD then chooses the write buffer's victims in stack order, as
+    /// a flush does, so a congestion-aware buffer policy (PC-LRU, MCA) starts the measured
+    /// window from the state LRU would leave: SSDSim, which WAFLASH's evaluation ran on, makes
+    /// a trace's pages valid before it simulates without passing its buffer at all
+    /// (`pre_process_page`). Only the emulated SSD acts on it; a layer that forwards a
+    /// write's hints to its members carries it with the user data.
+    #[serde(default)]
+    pub precondition: bool,
 }
 
 impl WriteHints {
-    pub const NONE: WriteHints = WriteHints { fua: false, transient: false, stream: None };
-    pub const FUA: WriteHints = WriteHints { fua: true, transient: false, stream: None };
+    pub const NONE: WriteHints =
+        WriteHints { fua: false, transient: false, stream: None, precondition: false };
+    pub const FUA: WriteHints = WriteHints { fua: true, ..WriteHints::NONE };
+    pub const PRECONDITION: WriteHints = WriteHints { precondition: true, ..WriteHints::NONE };
 }
 
 /// Zone commands of a zoned namespace.

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::size::Size;
-use crate::workload::{closed_loop, closed_loop_until, Access, JobOutcome};
+use crate::workload::{closed_loop_until, Access, JobOutcome};
 
 /// How a trace is replayed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -341,6 +341,10 @@ pub async fn precondition(
     seed: u64,
     replay: Option<&ReplayConfig>,
 ) -> Result<(), Error> {
+    // Every preconditioning write says so, so a device can keep its measured policies out of
+    // the state it prepares (`WriteHints::precondition`).
+    const HINTS: WriteHints = WriteHints::PRECONDITION;
+    const NO_DEADLINE: u64 = u64::MAX;
     if let (true, Some(r)) = (p.trace_reads, replay) {
         write_trace_reads(dev, r, p.iodepth).await?;
     }
@@ -348,35 +352,23 @@ pub async fn precondition(
     let cap = dev.info().num_blocks;
     let qd = p.iodepth.max(1) as u64;
     let failed = |e: flashrig_blockdev::DevError| Error::Run(format!("precondition: {e}"));
+    // Every preconditioning loop writes with the hint; only the timed overwrite has a deadline.
+    let writes = |access: Access, blocks: u64, count: u64, deadline_ns: u64, seed: u64| {
+        let dev = dev.clone();
+        closed_loop_until(dev, true, access, blocks, qd, count, deadline_ns, cap, seed, HINTS)
+    };
     if p.fill {
         let fb = (p.fill_bs.bytes() / bs).clamp(1, cap);
-        closed_loop(dev.clone(), true, Access::Seq, fb, qd, cap / fb, cap, seed)
-            .await
-            .map_err(failed)?;
+        writes(Access::Seq, fb, cap / fb, NO_DEADLINE, seed).await.map_err(failed)?;
     }
     let unit = (4096 / bs).clamp(1, cap);
     let n = p.random_overwrite.bytes() / (unit * bs);
     if n > 0 {
-        closed_loop(dev.clone(), true, Access::Rand, unit, qd, n, cap, seed ^ 0xC0DE)
-            .await
-            .map_err(failed)?;
+        writes(Access::Rand, unit, n, NO_DEADLINE, seed ^ 0xC0DE).await.map_err(failed)?;
     }
     if p.random_overwrite_ms > 0 {
         let deadline_ns = now_ns().saturating_add(p.random_overwrite_ms.saturating_mul(1_000_000));
-        let seed = seed ^ 0x7193;
-        closed_loop_until(
-            dev.clone(),
-            true,
-            Access::Rand,
-            unit,
-            qd,
-            u64::MAX,
-            deadline_ns,
-            cap,
-            seed,
-        )
-        .await
-        .map_err(failed)?;
+        writes(Access::Rand, unit, u64::MAX, deadline_ns, seed ^ 0x7193).await.map_err(failed)?;
         if now_ns() < deadline_ns {
             return Err(Error::Input(format!(
                 "precondition.random_overwrite_ms = {}: the stack completes every write in zero \
@@ -389,9 +381,7 @@ pub async fn precondition(
     let fb = (p.fill_bs.bytes() / bs).clamp(1, cap);
     let n = p.write.bytes().div_ceil(fb * bs);
     if n > 0 {
-        closed_loop(dev.clone(), true, Access::Seq, fb, qd, n, cap, seed ^ 0x5E0)
-            .await
-            .map_err(failed)?;
+        writes(Access::Seq, fb, n, NO_DEADLINE, seed ^ 0x5E0).await.map_err(failed)?;
     }
     dev.flush().await.map_err(|e| Error::Run(format!("precondition flush: {e}")))?;
     Ok(())
@@ -429,7 +419,7 @@ async fn write_trace_reads(dev: &DevRef, cfg: &ReplayConfig, iodepth: u32) -> Re
                 let Some((i, (lba, blocks))) = next else { break };
                 let mut buf = vec![0u8; (blocks * bs) as usize];
                 pattern::fill_blocks(&mut buf, bs as usize, lba, i as u64 + 1, REPLAY_SALT);
-                if let Err(e) = dev.write(lba, &buf, None, WriteHints::NONE).await {
+                if let Err(e) = dev.write(lba, &buf, None, WriteHints::PRECONDITION).await {
                     failed.borrow_mut().get_or_insert(format!("{blocks} blocks at {lba}: {e}"));
                     break;
                 }

@@ -500,11 +500,14 @@ pub async fn closed_loop(
     range_blocks: u64,
     seed: u64,
 ) -> DevResult<(u64, u64)> {
-    closed_loop_until(dev, write, access, bs_blocks, qd, count, u64::MAX, range_blocks, seed).await
+    let hints = WriteHints::NONE;
+    closed_loop_until(dev, write, access, bs_blocks, qd, count, u64::MAX, range_blocks, seed, hints)
+        .await
 }
 
 /// [`closed_loop`] that also stops issuing commands once the runtime's clock reaches
-/// `deadline_ns` (those in flight finish). Returns the time taken and the commands issued.
+/// `deadline_ns` (those in flight finish), its writes carrying `hints`. Returns the time taken
+/// and the commands issued.
 #[allow(clippy::too_many_arguments)]
 pub async fn closed_loop_until(
     dev: DevRef,
@@ -516,6 +519,7 @@ pub async fn closed_loop_until(
     deadline_ns: u64,
     range_blocks: u64,
     seed: u64,
+    hints: WriteHints,
 ) -> DevResult<(u64, u64)> {
     let start = now_ns();
     let slots = range_blocks / bs_blocks;
@@ -552,7 +556,7 @@ pub async fn closed_loop_until(
                 if write {
                     // Distinct bytes per write, so payload modes that keep data see real data.
                     buf[..8].copy_from_slice(&i.to_le_bytes());
-                    dev.write(lba, &buf, None, WriteHints::NONE).await?;
+                    dev.write(lba, &buf, None, hints).await?;
                 } else {
                     dev.read(lba, &mut buf, None).await?;
                 }

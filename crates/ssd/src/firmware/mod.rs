@@ -114,6 +114,10 @@ pub struct Controller {
     draining: Times,
     /// The latest completion of any program issued so far (what a flush waits for).
     last_program_done_ns: u64,
+    /// The write command in progress carries the `precondition` hint: its buffer victims are
+    /// chosen in stack order, as a flush's are, whatever the chips are doing (see
+    /// [`WriteHints::precondition`]).
+    victims_in_order: bool,
     plp: bool,
     /// Scratch: the units being written back, and their program requests (reused so the
     /// write path does not allocate).
@@ -184,6 +188,7 @@ impl Controller {
             flush_at,
             draining: Times::default(),
             last_program_done_ns: 0,
+            victims_in_order: false,
             // A device kept in an image file belongs to a process that can be killed, and a
             // killed process has no capacitors to write its buffer back: flushes and FUA
             // writes then really write, whatever the preset's power-loss protection.
@@ -243,12 +248,26 @@ impl Controller {
         let bs = self.block_bytes();
         let flags = if hints.transient { FLAG_TRANSIENT } else { 0 };
         let fua = hints.fua && !self.plp;
+        // Set for this command's pieces only, and cleared before an error returns, so the
+        // device's own writes (conversion, zeroing) keep the policy's choice.
+        self.victims_in_order = hints.precondition;
         let mut done = t;
+        let mut failed = None;
         for p in pieces(lba, (data.len() / bs) as u64, self.layout.blocks_per_iu) {
             let d = &data[p.offset * bs..(p.offset + p.count as usize) * bs];
             let m =
                 md.map(|m| &m[p.offset * self.md_bytes()..][..p.count as usize * self.md_bytes()]);
-            done = done.max(self.write_piece(t, p, d, m, flags, fua)?);
+            match self.write_piece(t, p, d, m, flags, fua) {
+                Ok(at) => done = done.max(at),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        self.victims_in_order = false;
+        if let Some(e) = failed {
+            return Err(e);
         }
         if fua && self.zones.is_some() {
             // The zone's staged units are durable only once saved.
@@ -332,7 +351,11 @@ impl Controller {
         // Units not yet being written back stay below the flush mark; the rest of the buffer
         // holds units whose programs are in flight.
         while !self.buffer.is_empty() && self.buffer.len() >= self.flush_at {
-            let n = self.take_victims(t, per);
+            let n = if self.victims_in_order {
+                self.take_victims_in_order(per)
+            } else {
+                self.take_victims(t, per)
+            };
             let done = self.write_back(t)?;
             for _ in 0..n {
                 self.draining.push(done);
@@ -352,7 +375,8 @@ impl Controller {
         self.take_group(n, Some(t))
     }
 
-    /// Victims for a flush or a power loss: every unit goes, so the order is the stack's.
+    /// Victims for a flush, a power loss or a preconditioning write: the stack's order, with no
+    /// regard to the chips.
     fn take_victims_in_order(&mut self, n: usize) -> usize {
         self.take_group(n, None)
     }
