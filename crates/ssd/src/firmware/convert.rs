@@ -248,7 +248,7 @@ impl Controller {
             let range = p.offset..p.offset + p.count as usize;
             let d = &parity[range.start * bs..range.end * bs];
             let m = (mdb > 0).then(|| &parity_md[range.start * mdb..range.end * mdb]);
-            done = done.max(self.write_piece(at, *p, d, m, 0, false)?);
+            done = done.max(self.write_piece(at, *p, d, m, 0, false, false)?);
         }
 
         // 4. The sources invalidated, as a trim does, once the engine has consumed them.

@@ -114,10 +114,6 @@ pub struct Controller {
     draining: Times,
     /// The latest completion of any program issued so far (what a flush waits for).
     last_program_done_ns: u64,
-    /// The write command in progress carries the `precondition` hint: its buffer victims are
-    /// chosen in stack order, as a flush's are, whatever the chips are doing (see
-    /// [`WriteHints::precondition`]).
-    victims_in_order: bool,
     plp: bool,
     /// Scratch: the units being written back, and their program requests (reused so the
     /// write path does not allocate).
@@ -188,7 +184,6 @@ impl Controller {
             flush_at,
             draining: Times::default(),
             last_program_done_ns: 0,
-            victims_in_order: false,
             // A device kept in an image file belongs to a process that can be killed, and a
             // killed process has no capacitors to write its buffer back: flushes and FUA
             // writes then really write, whatever the preset's power-loss protection.
@@ -248,26 +243,15 @@ impl Controller {
         let bs = self.block_bytes();
         let flags = if hints.transient { FLAG_TRANSIENT } else { 0 };
         let fua = hints.fua && !self.plp;
-        // Set for this command's pieces only, and cleared before an error returns, so the
-        // device's own writes (conversion, zeroing) keep the policy's choice.
-        self.victims_in_order = hints.precondition;
+        // A preconditioning write takes its buffer victims in stack order, as a flush does,
+        // whatever the chips are doing (see `WriteHints::precondition`).
+        let in_order = hints.precondition;
         let mut done = t;
-        let mut failed = None;
         for p in pieces(lba, (data.len() / bs) as u64, self.layout.blocks_per_iu) {
             let d = &data[p.offset * bs..(p.offset + p.count as usize) * bs];
             let m =
                 md.map(|m| &m[p.offset * self.md_bytes()..][..p.count as usize * self.md_bytes()]);
-            match self.write_piece(t, p, d, m, flags, fua) {
-                Ok(at) => done = done.max(at),
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
-        self.victims_in_order = false;
-        if let Some(e) = failed {
-            return Err(e);
+            done = done.max(self.write_piece(t, p, d, m, flags, fua, in_order)?);
         }
         if fua && self.zones.is_some() {
             // The zone's staged units are durable only once saved.
@@ -282,6 +266,9 @@ impl Controller {
         Ok(done)
     }
 
+    // One piece of a write command: where it goes, its data, and how the command asked for it
+    // (hint flags, FUA, preconditioning), each spelled out at the three call sites.
+    #[allow(clippy::too_many_arguments)]
     fn write_piece(
         &mut self,
         t: u64,
@@ -290,6 +277,7 @@ impl Controller {
         md: Option<&[u8]>,
         flags: u8,
         fua: bool,
+        in_order: bool,
     ) -> DevResult<u64> {
         let shape = self.shape;
         let bs = self.block_bytes();
@@ -325,7 +313,7 @@ impl Controller {
             }
             self.buffer.wrote(p.lpn, was_partial);
         } else {
-            done = done.max(self.make_room(t)?);
+            done = done.max(self.make_room(t, in_order)?);
             let mut img = IuImage::zeroed(&shape);
             put(&mut img);
             if bits != full {
@@ -344,18 +332,16 @@ impl Controller {
 
     /// Makes room for one more unit in the buffer at `t`: starts write-back when occupancy
     /// reaches the flush mark, and waits for space when the buffer is full. Returns when the
-    /// space is available.
-    fn make_room(&mut self, t: u64) -> DevResult<u64> {
+    /// space is available. With `in_order` (a preconditioning write) the victims are taken in
+    /// the stack's order rather than by the policy's view of the chips.
+    fn make_room(&mut self, t: u64, in_order: bool) -> DevResult<u64> {
         self.draining.drop_until(t);
         let per = self.layout.slots_per_page as usize;
         // Units not yet being written back stay below the flush mark; the rest of the buffer
         // holds units whose programs are in flight.
         while !self.buffer.is_empty() && self.buffer.len() >= self.flush_at {
-            let n = if self.victims_in_order {
-                self.take_victims_in_order(per)
-            } else {
-                self.take_victims(t, per)
-            };
+            let n =
+                if in_order { self.take_victims_in_order(per) } else { self.take_victims(t, per) };
             let done = self.write_back(t)?;
             for _ in 0..n {
                 self.draining.push(done);
@@ -529,7 +515,7 @@ impl Controller {
                 self.ftl.trim(p.lpn, seq);
             } else {
                 let zeros = vec![0u8; p.count as usize * bs];
-                done = done.max(self.write_piece(t, p, &zeros, None, 0, false)?);
+                done = done.max(self.write_piece(t, p, &zeros, None, 0, false, false)?);
             }
         }
         Ok(done)
