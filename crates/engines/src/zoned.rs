@@ -101,19 +101,28 @@ pub struct Zoned {
     info: DeviceInfo,
     member: DevRef,
     opts: ZonedOptions,
-    /// Member blocks of one copy of the write-pointer table.
+    /// Member blocks of one copy of the write-pointer table (whole write units of the member).
     table_blocks: u64,
+    /// Member LBA of table copy 0 (the first write unit after the zones).
+    table_start: u64,
     state: Mutex<State>,
     metrics: Arc<Registry>,
 }
 
-/// Zones and table-copy size that fit a member of `member_blocks` blocks of `block_bytes`.
-fn layout(member_blocks: u64, block_bytes: u64, zone_blocks: u64) -> (u64, u64) {
+/// Zones, table-copy size and table start that fit a member of `member_blocks` blocks of
+/// `block_bytes` whose write unit is `unit` blocks: each table copy is whole units starting on
+/// a unit boundary, so a flush rewrites whole units of the member (a block SSD with a coarse
+/// mapping unit then never reads one back to merge a table write into it).
+fn layout(member_blocks: u64, block_bytes: u64, zone_blocks: u64, unit: u64) -> (u64, u64, u64) {
+    let unit = unit.max(1);
     let mut zones = member_blocks / zone_blocks;
     loop {
-        let table_blocks = (HEADER_BYTES as u64 + zones * ENTRY_BYTES as u64).div_ceil(block_bytes);
-        if zones == 0 || zones * zone_blocks + 2 * table_blocks <= member_blocks {
-            return (zones, table_blocks);
+        let table_blocks = (HEADER_BYTES as u64 + zones * ENTRY_BYTES as u64)
+            .div_ceil(block_bytes)
+            .next_multiple_of(unit);
+        let table_start = (zones * zone_blocks).next_multiple_of(unit);
+        if zones == 0 || table_start + 2 * table_blocks <= member_blocks {
+            return (zones, table_blocks, table_start);
         }
         zones -= 1;
     }
@@ -171,7 +180,9 @@ impl Zoned {
                 opts.zone_blocks, opts.zone_capacity_blocks
             )));
         }
-        let (zones, table_blocks) = layout(member.info().num_blocks, bs as u64, opts.zone_blocks);
+        let unit = member.info().optimal_io_blocks as u64;
+        let (zones, table_blocks, table_start) =
+            layout(member.info().num_blocks, bs as u64, opts.zone_blocks, unit);
         if zones == 0 {
             return Err(DevError::Invalid(format!(
                 "{name}: member {} ({} blocks) cannot hold one zone of {} blocks and the \
@@ -191,6 +202,9 @@ impl Zoned {
         info.caps.timing_only = member.info().caps.timing_only;
         info.caps.write_hints = member.info().caps.write_hints;
         info.max_io_blocks = member.info().max_io_blocks;
+        // A zone's writes reach the member as they are, so the member's preferred granularity
+        // (a block SSD's mapping unit) is the zones' too.
+        info.optimal_io_blocks = member.info().optimal_io_blocks;
         let state = State {
             table,
             completed_blocks: vec![0; zones as usize],
@@ -202,6 +216,7 @@ impl Zoned {
             member,
             opts,
             table_blocks,
+            table_start,
             state: Mutex::new(state),
             metrics: Registry::new(name),
         })
@@ -217,7 +232,7 @@ impl Zoned {
 
     /// Member LBA of table copy `copy` (0 or 1).
     fn table_lba(&self, copy: u64) -> u64 {
-        self.num_zones() * self.opts.zone_blocks + copy * self.table_blocks
+        self.table_start + copy * self.table_blocks
     }
 
     fn encode(&self, generation: u64, entries: &[u64]) -> Vec<u8> {
@@ -533,6 +548,79 @@ mod tests {
             assert_eq!(buf, block(0));
             z.write(0, &block(9), None, WriteHints::NONE).await.unwrap();
             assert_eq!(z.metrics.counter("zone_resets").get(), 1);
+        });
+    }
+
+    /// A member that reports a write unit of 4 blocks and records every write (lba, blocks).
+    struct UnitMember {
+        inner: DevRef,
+        info: DeviceInfo,
+        writes: Mutex<Vec<(u64, u64)>>,
+    }
+
+    #[async_trait(?Send)]
+    impl BlockDevice for UnitMember {
+        fn info(&self) -> &DeviceInfo {
+            &self.info
+        }
+        fn kind(&self) -> &'static str {
+            "unit"
+        }
+        async fn read(&self, lba: u64, buf: &mut [u8], md: Option<&mut [u8]>) -> DevResult<()> {
+            self.inner.read(lba, buf, md).await
+        }
+        async fn write(
+            &self,
+            lba: u64,
+            d: &[u8],
+            md: Option<&[u8]>,
+            h: WriteHints,
+        ) -> DevResult<()> {
+            self.writes.lock().push((lba, (d.len() / BS) as u64));
+            self.inner.write(lba, d, md, h).await
+        }
+        async fn flush(&self) -> DevResult<()> {
+            self.inner.flush().await
+        }
+        async fn trim(&self, lba: u64, n: u64) -> DevResult<()> {
+            self.inner.trim(lba, n).await
+        }
+    }
+
+    #[test]
+    fn table_copies_are_whole_aligned_write_units_of_the_member() {
+        // A member with a 4-block write unit (a block SSD's mapping unit): 7 zones of 8 blocks
+        // with capacity 6, so the zones end on a unit, and a one-block table would not fill
+        // one. Every table write must start on a unit and be whole units, and the table must
+        // still come back on reopening.
+        assert_eq!(layout(64, 4096, 8, 1), (7, 1, 56), "a unit of 1 keeps the layout");
+        assert_eq!(layout(72, 4096, 8, 4), (8, 4, 64));
+        run(RuntimeKind::Sim, 1, || async {
+            let ram: DevRef = Arc::new(RamDevice::new("ram", BS as u32, 72, 0, 0));
+            let mut info = ram.info().clone();
+            info.optimal_io_blocks = 4;
+            let member = Arc::new(UnitMember { inner: ram, info, writes: Mutex::new(Vec::new()) });
+            let m: DevRef = member.clone();
+            let z = Zoned::create("z", m.clone(), opts()).await.unwrap();
+            assert_eq!(z.info().optimal_io_blocks, 4, "the zones take the member's unit");
+            for i in 0..3u8 {
+                z.write(i as u64, &block(i + 1), None, WriteHints::NONE).await.unwrap();
+                z.flush().await.unwrap();
+            }
+            let zone_area = z.num_zones() * 8;
+            let table_writes: Vec<(u64, u64)> =
+                member.writes.lock().iter().copied().filter(|&(lba, _)| lba >= zone_area).collect();
+            assert!(table_writes.len() >= 3, "{table_writes:?}");
+            for (lba, n) in table_writes {
+                assert!(lba % 4 == 0 && n % 4 == 0, "table write at {lba} of {n} blocks");
+            }
+            drop(z);
+            let z = Zoned::open("z", m, opts()).await.unwrap();
+            let d = match z.zone(ZoneCommand::Report { first_zone: 0, max_zones: 1 }).await {
+                Ok(ZoneReply::Zones(d)) => d,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(d[0].write_pointer, 3);
         });
     }
 

@@ -565,6 +565,19 @@ enum ValidateCommand {
         #[arg(long)]
         quick: bool,
     },
+    /// WOM-v codes: the thesis' analytic models (jaffer-thesis-2023 §3.4, Figures 3.3-3.5)
+    /// beside coded pages written with random data, and the thesis' numbers
+    /// (docs/validation-womv.md).
+    Womv {
+        /// Where to write the report (Markdown).
+        #[arg(long, short = 'o', default_value = "docs/validation-womv.md")]
+        out: PathBuf,
+        /// A user's code as a TOML table (name, data_bits, level_bits, decode: one data value
+        /// per level, -1 for a level that is no code-word), compared beside the built-ins;
+        /// repeatable.
+        #[arg(long = "code")]
+        codes: Vec<PathBuf>,
+    },
 }
 
 /// Options every trace command takes to read its input.
@@ -1027,6 +1040,28 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             use std::io::Write;
             let mut f = file;
             f.write_all(flashrig::ssdlab::render(&v, cmd).as_bytes())
+                .map_err(|e| Error::Io(format!("cannot write {}: {e}", out.display())))?;
+            eprintln!("wrote {}", out.display());
+            Ok(())
+        }
+        Command::Validate { what: ValidateCommand::Womv { out, codes } } => {
+            let mut extra = Vec::new();
+            for path in &codes {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    Error::Input(format!("--code {}: cannot read the file: {e}", path.display()))
+                })?;
+                let spec: flashrig_ssd::firmware::womv::WomCodeSpec = toml::from_str(&text)
+                    .map_err(|e| Error::Input(format!("--code {}: {e}", path.display())))?;
+                let code = flashrig_ssd::firmware::womv::WomCode::new(&spec)
+                    .map_err(|e| Error::Input(format!("--code {}: {e}", path.display())))?;
+                extra.push(code);
+            }
+            let v = flashrig::womvlab::validate(extra);
+            let mut cmd = String::from("flashrig validate womv");
+            for path in &codes {
+                cmd.push_str(&format!(" --code {}", path.display()));
+            }
+            std::fs::write(&out, flashrig::womvlab::render(&v, &cmd))
                 .map_err(|e| Error::Io(format!("cannot write {}: {e}", out.display())))?;
             eprintln!("wrote {}", out.display());
             Ok(())

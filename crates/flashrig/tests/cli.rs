@@ -453,6 +453,48 @@ fn ssd_presets_are_listed_and_shown() {
 }
 
 #[test]
+fn validate_womv_writes_its_report_with_a_users_code_and_refuses_bad_tables() {
+    let dir = scratch();
+    let out_md = dir.path().join("womv.md");
+    // `flashrig validate womv --code <a file holding table>`.
+    let validate = |name: &str, table: &str| {
+        let code = write(dir.path(), name, table);
+        flashrig(&[
+            "validate",
+            "womv",
+            "-o",
+            out_md.to_str().unwrap(),
+            "--code",
+            code.to_str().unwrap(),
+        ])
+    };
+    let out = validate(
+        "mine.toml",
+        "name = \"mine(1,2)\"\ndata_bits = 1\nlevel_bits = 2\ndecode = [0, 1, 0, 1]\n",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = std::fs::read_to_string(&out_md).unwrap();
+    // The user's code is there with its derived GEN_MAX (levels 0-1, 1-2, 2-3: 3 writes).
+    assert!(report.contains("| mine(1,2) | 1 | 2.00x | 3 |"), "{report}");
+    assert!(report.contains("| wom-v(2,4) | 2 | 2.00x | 5 |"), "{report}");
+    // A level standing for a value the code has no bits for names the entry and the file.
+    let out = validate(
+        "bad.toml",
+        "name = \"bad\"\ndata_bits = 1\nlevel_bits = 2\ndecode = [0, 1, 2, 1]\n",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("bad.toml") && err.contains("decode[2] = 2"), "{err}");
+    // An unknown key in the table, too.
+    let out = validate(
+        "typo.toml",
+        "name = \"t\"\ndata_bits = 1\nlevel_bits = 2\ndecodes = [0, 1, 0, 1]\n",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("typo.toml"), "{}", text(&out.stderr));
+}
+
+#[test]
 fn skewed_writes_amplify_less_than_uniform_ones_on_an_ssd() {
     // CSAL §6.2 writes uniform and Zipf; under greedy GC, skew concentrates invalidations in
     // hot lines, so the NAND-level write amplification must drop.

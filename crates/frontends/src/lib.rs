@@ -22,6 +22,7 @@ pub mod ssdlab;
 pub mod stack;
 pub mod sweep;
 pub mod tracecmd;
+pub mod womvlab;
 pub mod workload;
 
 pub use config::Config;

@@ -42,6 +42,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("scala_open", members::scala_open),
     ("twophase_open", members::twophase_open),
     ("ssd_image", ssd_image::start),
+    ("womv_code", text::womv_code),
 ];
 
 /// The target called `name`.

@@ -227,3 +227,58 @@ fn run_small(w: &WorkloadConfig) {
         let _ = flashrig_frontends::run(&cfg);
     }
 }
+
+/// `womv_code`: a WOM-v code table (`flashrig validate womv --code FILE`, docs/womv.md). A table
+/// that makes a code must store and return data: pages of 6 bytes (48 bits, whole cells for
+/// every k up to 4) made from the input's bytes are written into one coded page cycle after
+/// cycle, in the default mode with an ECC budget of one cell and in NR mode, each accepted
+/// write reading back and each refused one leaving the page as it was, for at most 64 cycles.
+pub fn womv_code(data: &[u8]) {
+    use flashrig_ssd::firmware::womv::page::cells_for;
+    use flashrig_ssd::firmware::womv::{CodedPage, WomCode, WomCodeSpec, WriteMode};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(spec) = toml::from_str::<WomCodeSpec>(text) else {
+        return;
+    };
+    let Ok(code) = WomCode::new(&spec) else {
+        return;
+    };
+    if data.is_empty() {
+        return;
+    }
+    const BYTES: usize = 6;
+    let cells = cells_for(BYTES, code.data_bits());
+    for nr in [false, true] {
+        let mut page = CodedPage::erased(cells);
+        let mut last: Option<Vec<u8>> = None;
+        let mut out = [0u8; BYTES];
+        for cycle in 1..=64u32 {
+            let page_data: Vec<u8> = (0..BYTES)
+                .map(|i| data[(cycle as usize * 7 + i * 13) % data.len()] ^ (cycle as u8))
+                .collect();
+            let mode = if nr {
+                WriteMode::NoRead { generation: cycle }
+            } else {
+                WriteMode::SameGeneration
+            };
+            let before = page.clone();
+            match page.write(&code, &page_data, mode, 1) {
+                Ok(_) => {
+                    page.read(&code, &mut out);
+                    assert_eq!(out[..], page_data[..], "cycle {cycle} reads back wrong");
+                    last = Some(page_data);
+                }
+                Err(e) => {
+                    assert_eq!(page, before, "refused write changed the page: {e}");
+                    if let Some(last) = &last {
+                        page.read(&code, &mut out);
+                        assert_eq!(out[..], last[..], "a refused write lost the data");
+                    }
+                    break;
+                }
+            }
+        }
+    }
+}

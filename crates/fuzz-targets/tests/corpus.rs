@@ -1,10 +1,10 @@
 //! Goal: every input kind flashrig parses — run configurations and experiment files, SSD
 //! tables, block traces of every format, fio job files, an NBD client's byte stream, the
-//! members of `scala` and `twophase` arrays, and emulated SSDs' image files — gives a result or
-//! a typed error, never a panic or a hang, on the fuzzing corpora and on seeded mutations of
-//! them, in a plain `cargo test` on the stable toolchain (libFuzzer itself needs `cargo fuzz`;
-//! docs/fuzzing.md). Every input a fuzzer found a bug with is in its corpus, so this test is
-//! also the regression test of those bugs.
+//! members of `scala` and `twophase` arrays, emulated SSDs' image files, and WOM-v code tables
+//! — gives a result or a typed error, never a panic or a hang, on the fuzzing corpora and on
+//! seeded mutations of them, in a plain `cargo test` on the stable toolchain (libFuzzer itself
+//! needs `cargo fuzz`; docs/fuzzing.md). Every input a fuzzer found a bug with is in its
+//! corpus, so this test is also the regression test of those bugs.
 //!
 //! Method: for each target of `flashrig-fuzz-targets` (the same functions the cargo-fuzz
 //! targets in `fuzz/fuzz_targets/` call), every file of `fuzz/corpus/<target>/` is run, then
@@ -175,6 +175,11 @@ fn twophase_open_corpus_and_mutations() {
 #[test]
 fn ssd_image_corpus_and_mutations() {
     replay("ssd_image", 2000);
+}
+
+#[test]
+fn womv_code_corpus_and_mutations() {
+    replay("womv_code", 5000);
 }
 
 #[test]

@@ -323,6 +323,16 @@ pub struct Firmware {
     /// below this percentage of the buffer; the rest of the buffer holds units whose programs
     /// are in flight. A host write waits only when the whole buffer is occupied.
     pub buffer_flush_percent: u8,
+    /// `true` (default): a write smaller than a mapping unit waits in the buffer, where later
+    /// writes to the same unit merge into it, and is read-modify-written only if it is still
+    /// partial at write-back. `false`: every write's unit leaves the buffer for NAND at once,
+    /// read-modify-written on its own (csal-eurosys24.txt §3.1, Figure 5(a): the P5316 reads
+    /// the 64 KB unit, updates 4 KB and writes the whole unit back), while the write is
+    /// acknowledged from the power-protected buffer, which then holds only units being
+    /// programmed. Needs `plp = true` and a buffer. Left out of the serialized configuration
+    /// at its default, so results of other devices stay byte-identical.
+    #[serde(skip_serializing_if = "is_true")]
+    pub buffer_merge: bool,
     /// Power-loss protection: the buffer is written to NAND on power loss, so a crash loses
     /// nothing that was acknowledged.
     pub plp: bool,
@@ -384,6 +394,7 @@ impl Default for Firmware {
             compaction_region_pages: DEFAULT_COMPACTION_REGION_PAGES,
             mv_idle_merge: true,
             buffer_flush_percent: 50,
+            buffer_merge: true,
             plp: false,
             gc_policy: GcPolicy::Greedy,
             gc_foreground_free_lines: 2,
@@ -773,6 +784,21 @@ impl SsdConfig {
                 "firmware.buffer_flush_percent = {}: must be from 1 to 100",
                 f.buffer_flush_percent
             ));
+        }
+        if !f.buffer_merge {
+            // Acknowledging a write before its program is done is safe only with capacitors
+            // to finish it; the model keeps the unit's new contents from the moment it is
+            // written, so without them it would keep a write a power loss must lose.
+            if !f.plp {
+                return Err("firmware.buffer_merge = false needs plp = true (writes are \
+                            acknowledged before their programs are done)"
+                    .into());
+            }
+            if f.buffer_bytes == 0 {
+                return Err("firmware.buffer_merge = false needs a write buffer \
+                            (firmware.buffer_bytes > 0) to hold the units being programmed"
+                    .into());
+            }
         }
         if f.md_bytes > 0 && f.md_bytes < 16 {
             return Err(format!(

@@ -71,10 +71,14 @@ impl Ssd {
         // ScalaAFA's conversion command, when the firmware has it (docs/ssd.md).
         info.caps.convert = cfg.firmware.vendor_convert;
         info.caps.timing_only = cfg.payload != crate::config::PayloadMode::Full;
+        // A write smaller than a mapping unit costs a read-modify-write, so the unit is the
+        // granularity the device prefers; a zoned namespace stages such writes in the zone's
+        // page (docs/ssd.md, "Zoned namespace") and prefers none.
         info.optimal_io_blocks = (cfg.firmware.iu_bytes / cfg.firmware.block_bytes).max(1);
         if let Some(table) = ctl.zones.as_ref() {
             info.zones = Some(*table.geometry());
             info.caps.zones = true;
+            info.optimal_io_blocks = 1;
         }
         let metrics = Registry::new(name);
         let zoned = info.zones.is_some();

@@ -730,3 +730,20 @@ fn a_cut_with_commands_in_flight_keeps_what_was_durable() {
     // half of the zones (4 per case) are caught part-written.
     assert!(mid * 2 >= cases * 4, "{mid} zones of {cases} cases caught part-written");
 }
+
+#[test]
+fn a_zoned_namespace_prefers_no_write_granularity_and_a_block_device_its_unit() {
+    // A zoned namespace stages writes smaller than its unit, so it reports one block as its
+    // preferred granularity (csal pads its writes to this, docs/csal.md "Write units"); the
+    // same media behind the block interface reports its mapping unit.
+    let mut zoned = tiny_zns();
+    zoned.firmware.iu_bytes = 16384;
+    let z = Ssd::new("z", &zoned).unwrap();
+    assert_eq!(z.info().optimal_io_blocks, 1);
+    let mut block = tiny_zns();
+    block.zoned = None;
+    block.firmware.iu_bytes = 16384;
+    block.firmware.over_provisioning_percent = 25.0;
+    let b = Ssd::new("b", &block).unwrap();
+    assert_eq!(b.info().optimal_io_blocks, 4);
+}

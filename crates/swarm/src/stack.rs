@@ -114,6 +114,11 @@ pub enum SsdVariant {
     Unaligned(BufferPolicy, FtlPolicy, bool),
     /// A large write buffer with power-loss protection: every acknowledged write survives.
     Plp,
+    /// 16 KiB mapping units behind a power-protected buffer that does not merge
+    /// (`firmware.buffer_merge = false`, the P5316's): every write smaller than a unit is its
+    /// own read-modify-write, acknowledged before its program ends; every acknowledged write
+    /// survives.
+    NoMerge,
     /// Backed by an image file: a power cut is the process dying, and start-up reads the image.
     Image,
     /// The write-in-place firmware (`ftl_policy = "in_place"`, the P5800X's) at 512-byte
@@ -180,7 +185,10 @@ impl StackSpec {
             failures_tolerated: tolerated,
             parity_crash_safe: parity_safe,
             // Not `csal:zns-plp`: its fast member is a RAM cache that loses unflushed writes.
-            acked_is_durable: self.engine == Engine::Ssd(SsdVariant::Plp),
+            acked_is_durable: matches!(
+                self.engine,
+                Engine::Ssd(SsdVariant::Plp | SsdVariant::NoMerge)
+            ),
             recovery_writes: recovery,
             resyncs_after_crash: matches!(self.engine, Engine::Raid { .. }),
             heals_corruption: heals && !self.on_ssds(),
@@ -305,6 +313,7 @@ pub fn catalogue() -> Vec<StackSpec> {
         Ssd(SsdVariant::Unaligned(BufferPolicy::PcLru, FtlPolicy::Mv, false)),
     );
     add("ssd:plp", Ssd(SsdVariant::Plp));
+    add("ssd:no-merge", Ssd(SsdVariant::NoMerge));
     add("ssd:image", Ssd(SsdVariant::Image));
     add("ssd:in-place", Ssd(SsdVariant::InPlace));
     add("stripe:3", Stripe { members: 3 });
@@ -377,6 +386,11 @@ fn ssd_config(spec: &StackSpec, image: Option<&std::path::Path>) -> SsdConfig {
                     cfg.firmware.plp = true;
                     cfg.firmware.buffer_bytes = 16 << 20;
                     cfg.firmware.host_mb_per_s = 3000.0;
+                }
+                SsdVariant::NoMerge => {
+                    cfg.firmware.iu_bytes = 16384;
+                    cfg.firmware.plp = true;
+                    cfg.firmware.buffer_merge = false;
                 }
                 SsdVariant::Image => cfg.backing = image.map(|p| p.to_path_buf()),
                 SsdVariant::InPlace => {

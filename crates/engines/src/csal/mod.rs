@@ -124,6 +124,9 @@ pub(crate) struct Counters {
     pub gc_runs: Arc<Counter>,
     pub gc_blocks_read: Arc<Counter>,
     pub gc_blocks_written: Arc<Counter>,
+    /// Filler blocks that end a compaction or GC write on the zoned member's write unit
+    /// (`Inner::write_unit_blocks`).
+    pub pad_blocks_written: Arc<Counter>,
     pub moves_skipped: Arc<Counter>,
     pub zone_resets: Arc<Counter>,
     pub zone_finishes: Arc<Counter>,
@@ -154,6 +157,7 @@ impl Counters {
             gc_runs: r.counter("gc_runs"),
             gc_blocks_read: r.counter("gc_blocks_read"),
             gc_blocks_written: r.counter("gc_blocks_written"),
+            pad_blocks_written: r.counter("pad_blocks_written"),
             moves_skipped: r.counter("moves_skipped"),
             zone_resets: r.counter("zone_resets"),
             zone_finishes: r.counter("zone_finishes"),
@@ -272,6 +276,10 @@ pub(crate) struct Inner {
     /// The limit of zones csal keeps open at once (from the zoned member's open and active
     /// limits; 0: none).
     pub open_zone_limit: usize,
+    /// The zoned member's write unit in blocks (its `optimal_io_blocks`: a block SSD's
+    /// mapping unit under the zone emulation, 1 on the ZN540): compaction and GC end every
+    /// write on a multiple of it (docs/csal.md, "Write units").
+    pub write_unit_blocks: u64,
     pub metrics: Arc<Registry>,
     pub c: Counters,
     pub recovery: Mutex<Option<RecoveryReport>>,
@@ -467,6 +475,7 @@ impl Csal {
             stopping: AtomicBool::new(false),
             internal_reactor,
             open_zone_limit,
+            write_unit_blocks: (zi.optimal_io_blocks as u64).max(1),
             metrics,
             c,
             recovery: Mutex::new(None),

@@ -68,9 +68,17 @@ impl Inner {
                     let clock = st.stream_clock;
                     st.streams.insert(s, (z, clock));
                     let c = &mut st.containers[z];
-                    let n = ((items.len() - done) as u64).min(self.geo.zone_capacity_blocks - c.wp);
+                    let room = self.geo.zone_capacity_blocks - c.wp;
+                    let n = ((items.len() - done) as u64).min(room);
                     let off = c.wp;
-                    c.wp += n;
+                    // The write ends on the member's write unit: filler blocks (no record,
+                    // no P2L entry) complete the last unit, so a block SSD with a coarse
+                    // mapping unit never read-modify-writes the tail of a batch (SPDK's FTL
+                    // pads a partly filled write unit the same way).
+                    let (_, at) = self.dev_of((self.geo.first_pba(z) + off) as u32);
+                    let unit = self.write_unit_blocks;
+                    let padded = ((at + n).next_multiple_of(unit) - at).min(room);
+                    c.wp += padded;
                     c.inflight += 1;
                     for i in 0..n as usize {
                         let r = &items[done + i].0;
@@ -82,12 +90,13 @@ impl Inner {
                             P2lEntry { sid: r.sid, lba: r.lba as u32, trim, origin };
                         c.top_sid = c.top_sid.max(r.sid);
                     }
-                    Some((off, n, c.sid))
+                    Some((off, n, padded, c.sid))
                 }
             };
-            let Some((off, n, zsid)) = reserved else { continue };
-            let mut data = vec![0u8; n as usize * bs];
-            let mut md = vec![0u8; n as usize * mdb];
+            let Some((off, n, padded, zsid)) = reserved else { continue };
+            self.c.pad_blocks_written.add(padded - n);
+            let mut data = vec![0u8; padded as usize * bs];
+            let mut md = vec![0u8; padded as usize * mdb];
             for i in 0..n as usize {
                 let (r, d) = &items[done + i];
                 data[i * bs..(i + 1) * bs].copy_from_slice(d);

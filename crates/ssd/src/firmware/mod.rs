@@ -9,7 +9,8 @@
 //! One file per role: [`hostif`] (submission queue, host link), [`buffer`] (write buffer and
 //! its replacement policy), [`ftl`] (the page map), [`gc`] (victim choice, collection),
 //! [`slc`] (the SLC cache's evictor), [`recover`] (power loss and recovery), [`convert`]
-//! (ScalaAFA's conversion vendor command and the parity engine). Beside the page map, two
+//! (ScalaAFA's conversion vendor command and the parity engine), [`womv`] (WOM-v codes for
+//! QLC: code tables, coded pages, analytic models). Beside the page map, two
 //! other mappings implement [`ftl::Ftl`]: [`zoned`] (NVMe ZNS) and [`inplace`] (media
 //! written in place, such as 3D XPoint).
 
@@ -22,6 +23,7 @@ pub mod inplace;
 pub mod recover;
 pub mod slc;
 pub mod trims;
+pub mod womv;
 pub mod zoned;
 
 use flashrig_blockdev::zones::ZoneTable;
@@ -114,6 +116,8 @@ pub struct Controller {
     draining: Times,
     /// The latest completion of any program issued so far (what a flush waits for).
     last_program_done_ns: u64,
+    /// `firmware.buffer_merge`: whether a unit waits in the buffer for later writes to merge.
+    merge: bool,
     plp: bool,
     /// Scratch: the units being written back, and their program requests (reused so the
     /// write path does not allocate).
@@ -184,6 +188,7 @@ impl Controller {
             flush_at,
             draining: Times::default(),
             last_program_done_ns: 0,
+            merge: f.buffer_merge,
             // A device kept in an image file belongs to a process that can be killed, and a
             // killed process has no capacitors to write its buffer back: flushes and FUA
             // writes then really write, whatever the preset's power-loss protection.
@@ -296,6 +301,19 @@ impl Controller {
             let e = BufEntry { lpn: p.lpn, present: bits, seq, flags, img };
             self.group.push(e);
             return self.write_back(t);
+        }
+        if !self.merge {
+            // No merging (`firmware.buffer_merge = false`): the unit goes to NAND at once,
+            // read-modify-written on its own, and holds a place in the buffer until its
+            // program is done. The write is acknowledged once it has that place (with power-loss
+            // protection, which the configuration requires), or when programmed with FUA.
+            let room = self.make_room(t, in_order)?;
+            let mut img = IuImage::zeroed(&shape);
+            put(&mut img);
+            self.group.push(BufEntry { lpn: p.lpn, present: bits, seq, flags, img });
+            let programmed = self.write_back(room)?;
+            self.draining.push(programmed);
+            return Ok(if fua { programmed } else { room });
         }
         let mut done = t;
         let full = self.full_mask();

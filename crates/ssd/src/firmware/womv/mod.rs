@@ -1,0 +1,15 @@
+//! WOM-v coding for QLC (jaffer-thesis-2023.txt chapter 3): cells reprogrammed without erase
+//! by raising their voltage levels only.
+//!
+//! One file per role: [`code`] (a code's table and what follows from it: same-generation
+//! transitions, generations, GEN_MAX, V_MAX), [`page`] (a coded page's cells, derived from
+//! the real bytes written, with EINVAL cells and the ECC budget), [`analytic`] (the thesis'
+//! models: Figures 3.3-3.5). The WOM-v FTL, its GC modes (default, GC_OPT) and NR mode build
+//! on these; docs/womv.md describes the design and what is still to come.
+
+pub mod analytic;
+pub mod code;
+pub mod page;
+
+pub use code::{WomCode, WomCodeSpec};
+pub use page::{CodedPage, WriteMode, WriteRefused, WriteReport};
