@@ -732,6 +732,9 @@ enum BenchArg {
     /// Array engines: raid full-stripe write throughput of one reactor on RAM members, and
     /// parity encoding through our code path beside ISA-L called directly.
     Engines,
+    /// The WOM-v FTL: host writes per wall-second with cell-level coding (WOM-v(2,4), default
+    /// GC and NR mode with GC_OPT) beside NO_WOM, 4 KiB pages, in the same run.
+    Womv,
     All,
 }
 
@@ -1025,6 +1028,20 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                          resident memory {:.2} GiB ({secs:.1} s)",
                         cap as f64 / (1u64 << 30) as f64,
                         rss as f64 / (1u64 << 30) as f64
+                    );
+                }
+            }
+            if which == BenchArg::Womv || which == BenchArg::All {
+                let womv = flashrig::womvlab::bench_ftl(200_000 / scale);
+                let base = womv[0].1 as f64 / womv[0].2;
+                for (mode, writes, secs, programs) in &womv {
+                    let rate = *writes as f64 / secs;
+                    println!(
+                        "womv-ftl-{mode}: 4 KiB pages, uniform random writes of random data \
+                         with GC: {writes} host writes ({programs:.2} page programs each) in \
+                         {secs:.3} s = {:.0} k writes per wall-second, {:.3}x NO_WOM",
+                        rate / 1e3,
+                        rate / base
                     );
                 }
             }

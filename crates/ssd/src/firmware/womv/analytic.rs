@@ -12,6 +12,10 @@
 //! - Figure 3.5: the number of EINVAL cells in a page as a binomial distribution over its
 //!   cells (cells independent), and from it the write cycles a page survives within an ECC
 //!   budget.
+//! - §3.7.7, §3.7.10 and §3.7.11: the erasure factor (erases per erase unit's worth of user
+//!   pages written) under GC_OPT with `t` write cycles per erase, for uniform page
+//!   invalidation (the Lambert-W closed form) and for Rosenblum's hot/cold model (solved
+//!   numerically).
 
 use super::code::WomCode;
 
@@ -131,9 +135,62 @@ pub fn space_points(
     points
 }
 
+/// Write amplification of LRW garbage collection under uniform page invalidation (§3.7.10,
+/// eq. 3.5; for t = 1 it is also the greedy closed form of eq. 3.1): the rate at which erase
+/// units move through the queues per erase unit of user data. `x` is the physical space over
+/// the space the user's (coded) pages take; eq. 3.5 prints its argument as alpha, the inverse,
+/// and docs/validation.md shows why x = T/U is the ratio its derivation uses.
+pub fn lrw_amplification(x: f64) -> f64 {
+    x / (x + lambert_w::lambert_w0(-x * (-x).exp()))
+}
+
+/// Rosenblum's hot/cold model under LRW (§3.7.11, eq. 3.10): a share `r` of invalidations hit
+/// the hot pages, which are a share `f` of the user's pages; `x` as for
+/// [`lrw_amplification`]. The equation's root above 1, by bisection (it has no closed form).
+pub fn hot_cold_amplification(x: f64, r: f64, f: f64) -> f64 {
+    let g = |a: f64| {
+        let hot = r / ((x * r / (a * f)).exp() - 1.0);
+        let cold = (1.0 - r) / ((x * (1.0 - r) / (a * (1.0 - f))).exp() - 1.0);
+        1.0 + hot + cold - a
+    };
+    // g(1) > 0 and g(a) ~ 1 + a/x - a < 0 for large a when x > 1.
+    let (mut lo, mut hi) = (1.0f64, 1e9f64);
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if g(mid) > 0.0 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi)
+}
+
+/// The erasure factor under GC_OPT with `t` write cycles per erase (§3.7.10-§3.7.11): of the
+/// erase units leaving the t queues only the last queue's are erased, so A / t erases per
+/// erase unit of user pages written.
+pub fn erasure_factor(amplification: f64, t: u32) -> f64 {
+    amplification / t as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hot_cold_with_no_skew_is_the_uniform_closed_form() {
+        for x in [1.1, 1.25, 1.5, 2.0] {
+            let uniform = lrw_amplification(x);
+            let hc = hot_cold_amplification(x, 0.3, 0.3);
+            assert!((uniform - hc).abs() < 1e-9 * uniform, "x {x}: {uniform} vs {hc}");
+            // A = 1 / (1 - e^(-x/A)) holds for the closed form.
+            assert!((uniform - 1.0 / (1.0 - (-x / uniform).exp())).abs() < 1e-9);
+        }
+        // Under LRW skew raises the amplification: LRW ignores temperature, so a victim still
+        // holds many cold pages; the model says so at 90/10.
+        assert!(hot_cold_amplification(1.25, 0.9, 0.1) > lrw_amplification(1.25));
+        assert_eq!(erasure_factor(5.0, 5), 1.0);
+    }
 
     #[test]
     fn no_cell_is_einval_within_gen_max() {

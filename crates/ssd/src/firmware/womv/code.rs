@@ -59,6 +59,8 @@ pub struct WomCode {
     /// Each generation's levels, first to last (consecutive generations share one level).
     generations: Vec<(u8, u8)>,
     gen_max: u32,
+    /// Bit l set: a cell at level l is at risk beyond GEN_MAX (see [`WomCode::at_risk`]).
+    risky_levels: u32,
 }
 
 impl WomCode {
@@ -166,7 +168,11 @@ impl WomCode {
             next_below_vmax,
             generations,
             gen_max: 0,
+            risky_levels: 0,
         };
+        code.risky_levels = (0..levels)
+            .filter(|&l| (0..code.data_values()).any(|d| code.encode(l as u8, d, true).is_none()))
+            .fold(0u32, |m, l| m | 1 << l);
         code.gen_max = code.guaranteed_writes();
         if code.gen_max == 0 {
             return Err(format!(
@@ -259,6 +265,18 @@ impl WomCode {
             NO_DATA => None,
             m => Some(m),
         }
+    }
+
+    /// Whether a cell at `level` may fail to take some data value in a write cycle beyond
+    /// GEN_MAX (where V_MAX is EINVAL): the thesis' "cells in GEN_MAX", which the GC counts
+    /// against the ECC threshold before it reuses a page without erase (§3.6.3).
+    pub fn at_risk(&self, level: u8) -> bool {
+        self.risky_levels >> level & 1 == 1
+    }
+
+    /// [`WomCode::at_risk`] of every level as a bit mask (bit l: level l).
+    pub fn risky_level_mask(&self) -> u32 {
+        self.risky_levels
     }
 
     /// NR mode (§3.6.4): the code-word of `data` in generation `generation` (1-based), whatever

@@ -4,12 +4,15 @@
 //! One file per role: [`code`] (a code's table and what follows from it: same-generation
 //! transitions, generations, GEN_MAX, V_MAX), [`page`] (a coded page's cells, derived from
 //! the real bytes written, with EINVAL cells and the ECC budget), [`analytic`] (the thesis'
-//! models: Figures 3.3-3.5). The WOM-v FTL, its GC modes (default, GC_OPT) and NR mode build
-//! on these; docs/womv.md describes the design and what is still to come.
+//! models: Figures 3.3-3.5), [`ftl`] (erase units of coded pages with the default GC, GC_OPT
+//! and NR mode, and their recovery after a power cut); docs/womv.md describes the design and
+//! what is still to come.
 
 pub mod analytic;
 pub mod code;
+pub mod ftl;
 pub mod page;
 
 pub use code::{WomCode, WomCodeSpec};
+pub use ftl::{FtlConfig, FtlCounters, FtlError, GcPolicy, VictimPolicy, WomFtl};
 pub use page::{CodedPage, WriteMode, WriteRefused, WriteReport};

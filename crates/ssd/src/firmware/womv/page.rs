@@ -66,6 +66,82 @@ pub struct CodedPage {
     cycles: u32,
     /// NR mode: the generation last written (0: none since the erase).
     generation: u32,
+    /// Cells at risk as of the last write (0 when erased; only read once a page has been
+    /// written, since an erased page is within GEN_MAX).
+    at_risk: u32,
+}
+
+/// A transition-table entry for a cell that cannot take its symbol.
+const EINVAL: u8 = u8::MAX;
+
+/// What a write's pass over the cells needs: the new level of every (level, symbol) at
+/// `lut[level << k | symbol]`, `EINVAL` where the cell cannot take the symbol.
+struct Transitions {
+    lut: [u8; 256],
+    data_bits: u8,
+    v_max: u8,
+    /// Bit l set: level l is at risk beyond GEN_MAX.
+    risk_mask: u32,
+}
+
+impl Transitions {
+    /// The new level of one cell; an EINVAL cell is recorded with its symbol (the ECC's
+    /// erasures) and raised to V_MAX.
+    #[inline(always)]
+    fn step(&self, cell: usize, level: u8, d: u8, recovered: &mut Vec<(u32, u8)>) -> u8 {
+        let t = self.lut[((level as usize) << self.data_bits | d as usize) & 0xff];
+        if t == EINVAL {
+            recovered.push((cell as u32, d));
+            return self.v_max;
+        }
+        t
+    }
+}
+
+/// A pass over the cells of a write: fills `new` from `old` and the data, returns the cells
+/// raised and the cells at risk after the write, counted in the same pass.
+type PassFn = fn(&[u8], &mut [u8], &[u8], &Transitions, &mut Vec<(u32, u8)>) -> (u32, u32);
+
+/// The pass for K data bits per cell, K dividing 8: a byte holds 8/K whole symbols, and the
+/// inner loop unrolls.
+fn pass_whole_bytes<const K: usize>(
+    old: &[u8],
+    new: &mut [u8],
+    data: &[u8],
+    t: &Transitions,
+    recovered: &mut Vec<(u32, u8)>,
+) -> (u32, u32) {
+    let per = 8 / K;
+    let mask = ((1u16 << K) - 1) as u8;
+    let (mut raised, mut at_risk) = (0u32, 0u32);
+    let cells = old.chunks_exact(per).zip(new.chunks_exact_mut(per));
+    for (b, (&byte, (old, new))) in data.iter().zip(cells).enumerate() {
+        for j in 0..per {
+            let level = t.step(b * per + j, old[j], (byte >> (j * K)) & mask, recovered);
+            new[j] = level;
+            raised += (level != old[j]) as u32;
+            at_risk += (t.risk_mask >> (level & 31)) & 1;
+        }
+    }
+    (raised, at_risk)
+}
+
+/// The pass for any width (symbols may straddle bytes, as with 3 data bits per cell).
+fn pass_any_width(
+    old: &[u8],
+    new: &mut [u8],
+    data: &[u8],
+    t: &Transitions,
+    recovered: &mut Vec<(u32, u8)>,
+) -> (u32, u32) {
+    let (mut raised, mut at_risk) = (0u32, 0u32);
+    for (i, (&from, to)) in old.iter().zip(new.iter_mut()).enumerate() {
+        let level = t.step(i, from, symbol(data, t.data_bits, i), recovered);
+        *to = level;
+        raised += (level != from) as u32;
+        at_risk += (t.risk_mask >> (level & 31)) & 1;
+    }
+    (raised, at_risk)
 }
 
 /// Cells needed for `bytes` of data under a code of `data_bits` per cell.
@@ -74,8 +150,15 @@ pub fn cells_for(bytes: usize, data_bits: u8) -> usize {
 }
 
 /// The k-bit symbols of `data`, least significant bits first, the last one zero-padded.
+#[inline]
 fn symbol(data: &[u8], data_bits: u8, i: usize) -> u8 {
     let k = data_bits as usize;
+    if 8 % k == 0 {
+        // A symbol never straddles two bytes.
+        let bit = i * k;
+        let byte = data.get(bit / 8).copied().unwrap_or(0);
+        return (byte >> (bit % 8)) & ((1u16 << k) - 1) as u8;
+    }
     let mut v = 0u8;
     for b in 0..k {
         let bit = i * k + b;
@@ -88,7 +171,13 @@ fn symbol(data: &[u8], data_bits: u8, i: usize) -> u8 {
 impl CodedPage {
     /// An erased page of `cells` cells.
     pub fn erased(cells: usize) -> CodedPage {
-        CodedPage { levels: vec![0; cells], recovered: Vec::new(), cycles: 0, generation: 0 }
+        CodedPage {
+            levels: vec![0; cells],
+            recovered: Vec::new(),
+            cycles: 0,
+            generation: 0,
+            at_risk: 0,
+        }
     }
 
     pub fn cells(&self) -> usize {
@@ -108,12 +197,39 @@ impl CodedPage {
         self.recovered.len() as u32
     }
 
+    /// NR mode: the generation last written since the erase (0: none).
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// Cells that may fail to take a value in a write cycle beyond GEN_MAX (EINVAL cells
+    /// included): at most this many cells become EINVAL in the next such write. Counted at
+    /// each write, so asking is free.
+    pub fn cells_at_risk(&self) -> u32 {
+        self.at_risk
+    }
+
+    /// Whether the next write cycle is sure to be accepted whatever its data: within GEN_MAX
+    /// (same-generation mode) or a generation left (NR mode), or beyond GEN_MAX with no more
+    /// cells at risk than the ECC budget covers (§3.6.3's reuse rule).
+    pub fn programmable(&self, code: &WomCode, mode: WriteMode, ecc_budget_cells: u32) -> bool {
+        match mode {
+            WriteMode::SameGeneration => {
+                self.cycles < code.gen_max() || self.at_risk <= ecc_budget_cells
+            }
+            WriteMode::NoRead { generation } => {
+                generation > self.generation && generation as usize <= code.generations().len()
+            }
+        }
+    }
+
     /// Erases the page: every cell back to level 0.
     pub fn erase(&mut self) {
         self.levels.fill(0);
         self.recovered.clear();
         self.cycles = 0;
         self.generation = 0;
+        self.at_risk = 0;
     }
 
     /// Writes `data` (exactly the page's worth) as the next write cycle. `ecc_budget_cells` is
@@ -143,36 +259,48 @@ impl CodedPage {
                 });
             }
         }
-        // First pass: the new levels, without changing anything.
-        let mut new_levels = Vec::with_capacity(self.levels.len());
-        let mut recovered = Vec::new();
-        for (i, &level) in self.levels.iter().enumerate() {
-            let d = symbol(data, k, i);
-            let was_einval = beyond && level == v_max;
-            let target = match mode {
-                _ if was_einval => None,
-                WriteMode::SameGeneration => code.encode(level, d, beyond),
-                WriteMode::NoRead { generation } => code.codeword(generation, d),
-            };
-            let to = match target {
-                Some(to) => to,
-                None => {
-                    recovered.push((i as u32, d));
-                    v_max
-                }
-            };
-            if to < level {
-                return Err(WriteRefused::LevelDecrease { cell: i as u32, from: level, to });
+        // The transition of every (level, symbol) for this write, so the pass over the cells
+        // is one table lookup each; `EINVAL` where the cell cannot take the symbol (beyond
+        // GEN_MAX, or a cell already EINVAL at V_MAX).
+        let values = code.data_values() as usize;
+        // At most 16 levels and 4 data bits: 256 entries, indexed without a bounds check.
+        let mut lut = [EINVAL; 256];
+        for level in 0..code.levels() as u8 {
+            for d in 0..values as u8 {
+                let target = match mode {
+                    _ if beyond && level == v_max => None,
+                    WriteMode::SameGeneration => code.encode(level, d, beyond),
+                    WriteMode::NoRead { generation } => code.codeword(generation, d),
+                };
+                lut[(level as usize) << k | d as usize] = target.unwrap_or(EINVAL);
             }
-            new_levels.push(to);
+        }
+        // First pass: the new levels, without changing anything.
+        let cells = self.levels.len();
+        let mut new_levels = vec![0u8; cells];
+        let mut recovered = Vec::new();
+        let t = Transitions { lut, data_bits: k, v_max, risk_mask: code.risky_level_mask() };
+        let pass: PassFn = match k {
+            1 => pass_whole_bytes::<1>,
+            2 => pass_whole_bytes::<2>,
+            4 => pass_whole_bytes::<4>,
+            _ => pass_any_width,
+        };
+        let (cells_raised, at_risk) = pass(&self.levels, &mut new_levels, data, &t, &mut recovered);
+        // The medium's invariant, checked on every program.
+        if let Some(i) = self.levels.iter().zip(&new_levels).position(|(old, new)| new < old) {
+            return Err(WriteRefused::LevelDecrease {
+                cell: i as u32,
+                from: self.levels[i],
+                to: new_levels[i],
+            });
         }
         let einval_cells = recovered.len() as u32;
         if einval_cells > ecc_budget_cells {
             return Err(WriteRefused::EccBudget { einval_cells, budget_cells: ecc_budget_cells });
         }
         let old_einval = self.recovered.len() as u32;
-        let cells_raised =
-            self.levels.iter().zip(&new_levels).filter(|(a, b)| a != b).count() as u32;
+        self.at_risk = at_risk;
         self.levels = new_levels;
         self.recovered = recovered;
         self.cycles = cycle;
