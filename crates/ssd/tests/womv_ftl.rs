@@ -13,7 +13,9 @@
 use std::collections::HashMap;
 
 use flashrig_check::seeds;
-use flashrig_ssd::firmware::womv::{FtlConfig, FtlError, GcPolicy, VictimPolicy, WomCode, WomFtl};
+use flashrig_ssd::firmware::womv::{
+    FtlConfig, FtlCounters, FtlError, GcPolicy, VictimPolicy, WomCode, WomFtl,
+};
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
@@ -168,11 +170,8 @@ fn every_mode_returns_what_was_written_while_its_gc_runs() {
             d.verify(&mut ftl, name);
             let c = ftl.counters();
             assert_eq!(c.page_programs, c.host_writes + c.gc_writes, "{name}: {c:?}");
-            assert!(c.gc_reads == c.gc_writes, "{name}: {c:?}");
             // The GC ran: erase units came back to the pool one way or another.
             assert!(c.erases + c.reused_after_relocation + c.reused_in_place > 0, "{name}: {c:?}");
-            let erases: u64 = ftl.erase_counts().iter().map(|&e| e as u64).sum();
-            assert_eq!(erases, c.erases, "{name}");
             if cfg.code.is_none() {
                 assert_eq!(c.reprograms, 0, "{name}: NO_WOM programs a page once per erase");
             } else {
@@ -182,6 +181,8 @@ fn every_mode_returns_what_was_written_while_its_gc_runs() {
                 assert_eq!(c.reads_before_write, 0, "{name}: NR mode reads before no write");
             } else if cfg.code.is_some() {
                 assert_eq!(c.reads_before_write, c.page_programs, "{name}: {c:?}");
+                // A page the FTL deems programmable takes any data: none refuses a write.
+                assert_eq!(c.refused_writes, 0, "{name}: {c:?}");
             }
         }
     }
@@ -190,7 +191,7 @@ fn every_mode_returns_what_was_written_while_its_gc_runs() {
 #[test]
 fn power_cuts_at_random_programs_lose_nothing_acknowledged() {
     for (name, cfg) in modes() {
-        for seed in seeds(100, 3) {
+        for seed in seeds(100, 6) {
             let name = &format!("{name} (seed {seed})");
             let mut ftl = WomFtl::new(cfg.clone()).unwrap();
             let mut d = Driver::new(seed, 0.25);
@@ -225,7 +226,12 @@ fn power_cuts_at_random_programs_lose_nothing_acknowledged() {
 
 /// Sequential passes over the whole logical space (the thesis' Hot-S, §3.7.1), the same
 /// physical space for every mode (§3.7's second setup: the logical space shrinks by k/n).
-fn hot_s_erases(code: Option<&str>, gc: GcPolicy, no_read: bool) -> (u64, u64) {
+fn hot_s_erases(
+    code: Option<&str>,
+    gc: GcPolicy,
+    no_read: bool,
+    passes: u32,
+) -> (u64, FtlCounters) {
     let mut cfg = config(code, no_read, gc, 64);
     let k = cfg.code.as_ref().map_or(4, |c| c.data_bits() as u32);
     // Same cells: a WOM-v page's cells are n/k NO_WOM pages' worth, so k/n as many pages. The
@@ -235,7 +241,7 @@ fn hot_s_erases(code: Option<&str>, gc: GcPolicy, no_read: bool) -> (u64, u64) {
     let mut ftl = WomFtl::new(cfg.clone()).unwrap();
     let mut d = Driver::new(7, 0.5);
     let logical = cfg.logical_pages;
-    for _ in 0..20 {
+    for _ in 0..passes {
         for lpn in 0..logical {
             let data = d.next_data(lpn);
             ftl.write(lpn, &data).unwrap();
@@ -243,19 +249,30 @@ fn hot_s_erases(code: Option<&str>, gc: GcPolicy, no_read: bool) -> (u64, u64) {
         }
     }
     d.verify(&mut ftl, "hot-s");
-    (ftl.counters().erases, ftl.counters().gc_writes)
+    (ftl.counters().erases, ftl.counters())
 }
 
 #[test]
 fn wom_v_erases_less_than_no_wom_for_the_same_data_on_the_same_cells() {
-    let (no_wom, _) = hot_s_erases(None, GcPolicy::Relocate, false);
-    let (wom24, _) = hot_s_erases(Some("wom-v(2,4)"), GcPolicy::Relocate, false);
-    let (wom14, _) = hot_s_erases(Some("wom-v(1,4)"), GcPolicy::Relocate, false);
-    let (nr24, _) = hot_s_erases(Some("wom-v(2,4)"), GcPolicy::Relocate, true);
+    let (no_wom, _) = hot_s_erases(None, GcPolicy::Relocate, false, 20);
+    let (wom24, c24) = hot_s_erases(Some("wom-v(2,4)"), GcPolicy::Relocate, false, 20);
+    assert!(c24.reused_after_relocation > 0, "{c24:?}");
+    let (wom14, _) = hot_s_erases(Some("wom-v(1,4)"), GcPolicy::Relocate, false, 20);
+    let (nr24, _) = hot_s_erases(Some("wom-v(2,4)"), GcPolicy::Relocate, true, 20);
     assert!(no_wom > 0);
     assert!(wom24 < no_wom, "WOM-v(2,4) {wom24} erases, NO_WOM {no_wom}");
     assert!(wom14 < no_wom, "WOM-v(1,4) {wom14} erases, NO_WOM {no_wom}");
     assert!(nr24 < no_wom, "WOM-v(2,4)-NR {nr24} erases, NO_WOM {no_wom}");
+}
+
+#[test]
+fn pages_are_written_past_gen_max_and_read_back_through_the_ecc() {
+    // WOM-v(1,4) under random data: after its 15 guaranteed cycles few cells sit at the top
+    // two levels, so the default GC keeps reusing pages, and cells that cannot take their
+    // value become EINVAL; every page is read back and compared at the end.
+    let (_, c) = hot_s_erases(Some("wom-v(1,4)"), GcPolicy::Relocate, false, 60);
+    assert!(c.einval_cells_written > 0, "{c:?}");
+    assert_eq!(c.refused_writes, 0, "{c:?}");
 }
 
 #[test]

@@ -141,6 +141,8 @@ pub struct FtlCounters {
     pub refused_writes: u64,
     /// Cells whose level rose.
     pub cells_raised: u64,
+    /// Cells that became EINVAL (written beyond GEN_MAX, recovered by the page's ECC).
+    pub einval_cells_written: u64,
 }
 
 /// Why an operation failed.
@@ -284,8 +286,9 @@ impl WomFtl {
         self.ecc_budget_cells
     }
 
-    /// Arms a power cut: the `programs`-th page program from now does not happen, the call
-    /// that needed it fails with [`FtlError::PowerCut`], and so does every later call.
+    /// Arms a power cut: after `programs` more page programs (attempts a page refused over
+    /// its ECC budget included) the next one does not happen, the call that needed it fails
+    /// with [`FtlError::PowerCut`], and so does every later call.
     pub fn arm_power_cut(&mut self, programs: u64) {
         self.power_cut_in = Some(programs);
     }
@@ -399,7 +402,10 @@ impl WomFtl {
             Cells::Coded(c) => {
                 let code = self.config.code.as_ref().expect("coded pages have a code");
                 match c.write(code, data, mode, budget) {
-                    Ok(report) => self.counters.cells_raised += report.cells_raised as u64,
+                    Ok(report) => {
+                        self.counters.cells_raised += report.cells_raised as u64;
+                        self.counters.einval_cells_written += report.new_einval_cells as u64;
+                    }
                     Err(WriteRefused::EccBudget { .. }) => {
                         self.counters.refused_writes += 1;
                         return Ok(false);
@@ -432,8 +438,7 @@ impl WomFtl {
         let unit = &mut self.units[eu as usize];
         unit.state = EuState::Open;
         unit.generation += 1;
-        let usable = (0..self.config.pages_per_erase_unit).any(|p| self.writable(eu, p));
-        if !usable {
+        if self.needs_erase_to_open(eu) {
             self.erase(eu);
             self.units[eu as usize].generation = 1;
         }
@@ -441,10 +446,24 @@ impl WomFtl {
         Ok(())
     }
 
+    /// Whether an erase unit must be erased before its writes (asked with the generation it
+    /// would be written in): under GC_OPT when no page is writable, under the default GC
+    /// (and NO_WOM) unless every page is, since the default GC either erases a unit or writes
+    /// all its pages again. In normal operation the GC has decided already; after a recovery
+    /// the pool holds units the GC never saw.
+    fn needs_erase_to_open(&self, eu: u32) -> bool {
+        let writable = self.programmable_invalid_pages(eu);
+        match self.config.gc {
+            GcPolicy::ReuseInPlace { .. } => writable == 0,
+            GcPolicy::Relocate => writable < self.config.pages_per_erase_unit,
+        }
+    }
+
     fn erase(&mut self, eu: u32) {
         let config = &self.config;
         let unit = &mut self.units[eu as usize];
-        debug_assert_eq!(unit.valid_pages, 0, "an erase unit is erased only without valid pages");
+        // Erasing valid pages would lose data silently: stop instead.
+        assert_eq!(unit.valid_pages, 0, "erase unit {eu} erased with valid pages");
         for p in &mut unit.pages {
             *p = Self::erased_page(config);
         }
@@ -478,39 +497,58 @@ impl WomFtl {
     /// erase unit that can be reused in place would keep reusing those with a few invalid
     /// pages, spending a write cycle of every page on a few pages' worth of data, while the
     /// exhausted ones fill with invalid pages: the erasure factor doubles.)
+    ///
+    /// A unit that must be relocated is a candidate only if its valid pages fit in the room
+    /// left (the pool's pages and the open unit's writable ones), so a relocation never runs
+    /// out of space half-way.
     fn victim(&mut self) -> Option<u32> {
         let per = self.config.pages_per_erase_unit;
-        let candidates: Vec<u32> = (0..self.config.erase_units)
-            .filter(|&e| {
-                let u = &self.units[e as usize];
-                u.state == EuState::Closed && u.valid_pages < per
-            })
-            .collect();
-        if self.config.victim == VictimPolicy::Lrw {
-            return candidates.into_iter().min_by_key(|&e| self.units[e as usize].closed_at);
-        }
         let in_place_min = match self.config.gc {
             GcPolicy::ReuseInPlace { min_programmable_pages } => min_programmable_pages.max(1),
             GcPolicy::Relocate => u32::MAX,
         };
-        let mut best: Option<(u32, u32)> = None;
-        for e in candidates {
-            let invalid = per - self.units[e as usize].valid_pages;
-            let gain = if in_place_min == u32::MAX {
-                invalid
-            } else {
-                let p = self.programmable_next_time(e);
-                if p >= in_place_min {
-                    p
-                } else {
-                    invalid
-                }
-            };
-            if best.is_none_or(|(g, _)| gain > g) {
-                best = Some((gain, e));
+        let room = self.room_pages();
+        // (unit, pages its collection gives, reused in place).
+        let mut candidates = Vec::new();
+        for e in 0..self.config.erase_units {
+            let u = &self.units[e as usize];
+            if u.state != EuState::Closed || u.valid_pages == per {
+                continue;
+            }
+            let (invalid, valid) = (per - u.valid_pages, u.valid_pages as u64);
+            let programmable =
+                if in_place_min == u32::MAX { 0 } else { self.programmable_next_time(e) };
+            if programmable >= in_place_min {
+                candidates.push((e, programmable));
+            } else if valid <= room {
+                candidates.push((e, invalid));
             }
         }
-        best.map(|(_, e)| e)
+        if self.config.victim == VictimPolicy::Lrw {
+            return candidates
+                .into_iter()
+                .min_by_key(|&(e, _)| self.units[e as usize].closed_at)
+                .map(|(e, _)| e);
+        }
+        let mut best: Option<(u32, u32)> = None;
+        for (e, gain) in candidates {
+            if best.is_none_or(|(_, g)| gain > g) {
+                best = Some((e, gain));
+            }
+        }
+        best.map(|(e, _)| e)
+    }
+
+    /// Pages the writes can still go to without the GC: the pool's and the open unit's
+    /// writable pages past its cursor.
+    fn room_pages(&self) -> u64 {
+        let open = match self.open {
+            Some((eu, next)) => (next..self.config.pages_per_erase_unit)
+                .filter(|&p| self.writable(eu, p))
+                .count() as u64,
+            None => 0,
+        };
+        self.pool_pages + open
     }
 
     /// Programmable invalid pages of an erase unit when it is next opened (NR mode writes the
@@ -565,8 +603,8 @@ impl WomFtl {
     ///
     /// 1. `scan`: the newest program of each logical page is its valid copy;
     /// 2. `generations`: each erase unit's NR generation is the highest of its pages';
-    /// 3. `pool`: erase units without valid pages go to the pool (in index order), the rest
-    ///    are closed; no erase unit is open;
+    /// 3. `pool`: erase units without valid pages go to the pool (in index order), and under
+    ///    GC_OPT so do those it would reuse in place; the rest are closed; none is open;
     /// 4. `gc`: the GC runs until the pool is as full as it wants (GC_OPT's erase units that
     ///    were in the pool with valid pages come back through it).
     pub fn recover(self) -> Result<WomFtl, FtlError> {
@@ -638,12 +676,22 @@ impl WomFtl {
             power_cut_in: None,
             dead: false,
         };
+        let per = ftl.config.pages_per_erase_unit;
         for e in 0..ftl.config.erase_units {
+            ftl.units[e as usize].generation += 1;
+            let erase = ftl.needs_erase_to_open(e);
+            ftl.units[e as usize].generation -= 1;
+            let programmable = ftl.programmable_next_time(e);
             if ftl.units[e as usize].valid_pages == 0 {
-                let pages = ftl.programmable_next_time(e);
-                // An erase unit with nothing left to write is erased when it is opened.
-                let pages = if pages == 0 { ftl.config.pages_per_erase_unit } else { pages };
-                ftl.return_to_pool(e, pages);
+                // A unit that must be erased first gives all its pages when opened.
+                ftl.return_to_pool(e, if erase { per } else { programmable });
+            } else if let GcPolicy::ReuseInPlace { min_programmable_pages } = ftl.config.gc {
+                // GC_OPT's pool held units with valid pages; the pages do not say which, so
+                // every unit the GC would reuse in place goes back (without them the pool
+                // could be empty and the first relocation would find no room).
+                if programmable >= min_programmable_pages.max(1) {
+                    ftl.return_to_pool(e, programmable);
+                }
             }
         }
         // Step 4, gc.
