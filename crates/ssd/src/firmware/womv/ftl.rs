@@ -276,16 +276,6 @@ impl WomFtl {
         self.counters
     }
 
-    /// Erases per erase unit.
-    pub fn erase_counts(&self) -> Vec<u32> {
-        self.units.iter().map(|u| u.erase_count).collect()
-    }
-
-    /// The ECC budget in cells per page.
-    pub fn ecc_budget_cells(&self) -> u32 {
-        self.ecc_budget_cells
-    }
-
     /// Arms a power cut: after `programs` more page programs (attempts a page refused over
     /// its ECC budget included) the next one does not happen, the call that needed it fails
     /// with [`FtlError::PowerCut`], and so does every later call.

@@ -149,16 +149,10 @@ pub fn cells_for(bytes: usize, data_bits: u8) -> usize {
     (bytes * 8).div_ceil(data_bits as usize)
 }
 
-/// The k-bit symbols of `data`, least significant bits first, the last one zero-padded.
-#[inline]
+/// The k-bit symbols of `data`, least significant bits first, the last one zero-padded (the
+/// write pass for widths dividing 8 extracts them a byte at a time instead).
 fn symbol(data: &[u8], data_bits: u8, i: usize) -> u8 {
     let k = data_bits as usize;
-    if 8 % k == 0 {
-        // A symbol never straddles two bytes.
-        let bit = i * k;
-        let byte = data.get(bit / 8).copied().unwrap_or(0);
-        return (byte >> (bit % 8)) & ((1u16 << k) - 1) as u8;
-    }
     let mut v = 0u8;
     for b in 0..k {
         let bit = i * k + b;
