@@ -1032,17 +1032,37 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                 }
             }
             if which == BenchArg::Womv || which == BenchArg::All {
-                let womv = flashrig::womvlab::bench_ftl(200_000 / scale);
-                let base = womv[0].1 as f64 / womv[0].2;
-                for (mode, writes, secs, programs) in &womv {
-                    let rate = *writes as f64 / secs;
-                    println!(
-                        "womv-ftl-{mode}: 4 KiB pages, uniform random writes of random data \
-                         with GC: {writes} host writes ({programs:.2} page programs each) in \
-                         {secs:.3} s = {:.0} k writes per wall-second, {:.3}x NO_WOM",
-                        rate / 1e3,
-                        rate / base
-                    );
+                // The FTL alone, then the emulated SSD, each beside NO_WOM in the same run.
+                let runs = [
+                    (
+                        "ftl",
+                        "4 KiB pages, uniform random writes of random data with GC",
+                        flashrig::womvlab::bench_ftl(200_000 / scale),
+                        0,
+                    ),
+                    (
+                        "ssd",
+                        "QLC SSD (tiny geometry, FEMU QLC timings), QD32 4 KiB random writes of \
+                         random data with GC, simulated",
+                        flashrig::womvlab::bench_ssd(100_000 / scale),
+                        1,
+                    ),
+                ];
+                for (layer, what, rows, no_wom) in runs {
+                    let base = rows[no_wom].writes as f64 / rows[no_wom].secs;
+                    for r in &rows {
+                        let rate = r.writes as f64 / r.secs;
+                        println!(
+                            "womv-{layer}-{}: {what}: {} host writes ({:.2} page programs each) \
+                             in {:.3} s = {:.0} k writes per wall-second, {:.3}x NO_WOM",
+                            r.mode,
+                            r.writes,
+                            r.programs_per_write,
+                            r.secs,
+                            rate / 1e3,
+                            rate / base
+                        );
+                    }
                 }
             }
             Ok(())

@@ -452,6 +452,40 @@ fn ssd_presets_are_listed_and_shown() {
     assert!(text(&bad.stderr).contains("known presets"));
 }
 
+/// The WOM-v SSD from a run configuration (`[device.womv]`, as configs/examples/womv-qlc.toml
+/// has it): the run reports its coded-page counters, and a code the cells cannot hold is
+/// refused with status 2, naming the keys.
+#[test]
+fn a_womv_ssd_runs_from_a_configuration() {
+    let dir = scratch();
+    let run_cfg = |womv: &str| {
+        write(
+            dir.path(),
+            "womv.toml",
+            &format!(
+                "runtime = \"sim\"\n[device]\ntype = \"ssd\"\npreset = \"qlc-femu\"\n\
+                 [device.geometry]\nblocks_per_plane = 16\n[device.womv]\n{womv}\n\
+                 [workload]\nrw = \"randwrite\"\nbs = \"4KiB\"\nruntime_ms = 3000\n"
+            ),
+        )
+    };
+    let cfg = run_cfg("code = \"wom-v(2,4)\"");
+    let json = dir.path().join("womv.json");
+    let out = flashrig(&["run", cfg.to_str().unwrap(), "--json", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let c = &v["layers"]["counters"];
+    let programs = c["womv_page_programs"].as_u64().unwrap();
+    assert!(programs > 0, "{c}");
+    // The default mode reads every page it writes, and each coded page is two flash pages.
+    assert_eq!(c["womv_reads_before_write"].as_u64().unwrap(), programs, "{c}");
+    assert_eq!(c["nand_page_programs_qlc"].as_u64().unwrap(), 2 * programs, "{c}");
+    let bad = run_cfg("code = \"wom-v(2,4)\"\nno_read = true\ngc = \"sometimes\"");
+    let out = flashrig(&["run", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("sometimes"), "{}", text(&out.stderr));
+}
+
 #[test]
 fn validate_womv_writes_its_report_with_a_users_code_and_refuses_bad_tables() {
     let dir = scratch();

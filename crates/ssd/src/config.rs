@@ -432,6 +432,97 @@ pub struct Zoned {
     pub zone_planes: u32,
 }
 
+/// The WOM-v firmware (jaffer-thesis-2023.txt ch. 3; docs/womv.md, "The WOM-v SSD"): the
+/// LightNVM-style FTL of `firmware::womv::ftl` over the device's lines as erase units, its
+/// pages WOM-v coded, in place of the page map. Absent, the device has no WOM-v coding.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Womv {
+    /// A built-in code (`"wom-v(3,4)"`, `"wom-v(2,4)"`, `"wom-v(1,4)"`) or `"none"`: NO_WOM,
+    /// the same LightNVM-style firmware with every page written once between erases (the
+    /// thesis' baseline).
+    pub code: String,
+    /// `"default"`: relocate a victim's valid pages, then erase it only if some page has more
+    /// cells at risk than the ECC threshold (§3.6.3); `"gc_opt"`: reuse it in place while it
+    /// has `min_programmable_pages` programmable invalid pages (§3.6.4).
+    pub gc: WomvGc,
+    /// GC_OPT's minimum of programmable pages for reuse in place (0 behaves as 1).
+    pub min_programmable_pages: u32,
+    /// NR mode (§3.6.4): one generation per erase unit, no read before write.
+    pub no_read: bool,
+    /// Victim choice: `"greedy"` (most pages gained, LightNVM) or `"lrw"` (least recently
+    /// written, the model of §3.7.10).
+    pub victim: WomvVictim,
+    /// Share of a page's cells the ECC recovers as erasures (§3.6.3: 3%).
+    pub ecc_threshold_percent: f64,
+    /// `"same_physical"` (default): the device's blocks hold k/n of the logical pages they
+    /// would hold uncoded (§3.7's second setup); `"same_logical"`: the logical capacity of
+    /// the uncoded device, over n/k times the erase units (§3.7's first setup; the extra
+    /// erase units share the device's planes).
+    pub space: WomvSpace,
+    /// Timing-only payloads (`tag`, `none`) carry no bytes, so the cells are derived from
+    /// synthetic data: the old content of the flash page a write programs, each bit flipped
+    /// with this probability (in 1/256 steps; random data over an erased page), as the
+    /// thesis' data-buffer micro-benchmark changes its buffer between fills (§3.7.1).
+    /// Unused with `payload = "full"`.
+    pub bit_change_percent: f64,
+    /// Seed of that synthetic data.
+    pub data_seed: u64,
+}
+
+impl Default for Womv {
+    fn default() -> Self {
+        Womv {
+            code: "wom-v(2,4)".into(),
+            gc: WomvGc::Default,
+            min_programmable_pages: 1,
+            no_read: false,
+            victim: WomvVictim::Greedy,
+            ecc_threshold_percent: 3.0,
+            space: WomvSpace::SamePhysical,
+            bit_change_percent: 50.0,
+            data_seed: 1,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WomvGc {
+    Default,
+    GcOpt,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WomvVictim {
+    Greedy,
+    Lrw,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WomvSpace {
+    SamePhysical,
+    SameLogical,
+}
+
+impl Womv {
+    /// The code, `None` for NO_WOM; the message names the key.
+    pub fn resolve_code(&self) -> Result<Option<crate::firmware::womv::WomCode>, String> {
+        if self.code == "none" {
+            return Ok(None);
+        }
+        crate::firmware::womv::WomCode::builtin(&self.code).map(Some).ok_or_else(|| {
+            format!(
+                "womv.code = \"{}\": not a code; use \"none\" or one of {}",
+                self.code,
+                crate::firmware::womv::WomCode::BUILTIN.join(", ")
+            )
+        })
+    }
+}
+
 /// The zone layout a configuration gives: how zones map onto the media.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ZoneLayout {
@@ -534,6 +625,10 @@ pub struct SsdConfig {
     /// the serialized configuration when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zoned: Option<Zoned>,
+    /// The WOM-v firmware; absent, the device codes nothing. Left out of the serialized
+    /// configuration when absent (boxed: most devices have none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub womv: Option<Box<Womv>>,
     /// Where each number comes from: key path -> citation.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub sources: BTreeMap<String, String>,
@@ -551,6 +646,7 @@ impl Default for SsdConfig {
             nand: Nand::default(),
             firmware: Firmware::default(),
             zoned: None,
+            womv: None,
             sources: BTreeMap::new(),
         }
     }
@@ -753,6 +849,46 @@ impl SsdConfig {
             ] {
                 if bad {
                     return Err(format!("zoned: {msg} on a zoned namespace"));
+                }
+            }
+        }
+        if let Some(w) = &self.womv {
+            let code = w.resolve_code()?;
+            if let Some(c) = &code {
+                // A code's levels are the cell's voltage levels.
+                if c.level_bits() as u32 != bits {
+                    return Err(format!(
+                        "womv.code = \"{}\" needs cells of {} bits; nand.cell = \"{}\" holds {bits}",
+                        w.code,
+                        c.level_bits(),
+                        n.cell.name()
+                    ));
+                }
+            }
+            for (bad, msg) in [
+                (self.zoned.is_some(), "a zoned namespace ([zoned]) is not supported"),
+                (f.ftl_policy != FtlPolicy::Page, "firmware.ftl_policy must be \"page\""),
+                (f.slc_cache_bytes > 0, "firmware.slc_cache_bytes must be 0"),
+                (f.vendor_convert, "firmware.vendor_convert must be false"),
+                (self.backing.is_some(), "backing (a NAND image file) is not supported"),
+                (
+                    f.iu_bytes < g.page_bytes,
+                    "firmware.iu_bytes must be at least geometry.page_bytes (a coded page \
+                     is programmed in whole flash pages)",
+                ),
+                (w.no_read && code.is_none(), "womv.no_read = true needs a code"),
+                (code.is_none() && w.gc == WomvGc::GcOpt, "womv.gc = \"gc_opt\" needs a code"),
+                (
+                    !(0.0..=50.0).contains(&w.ecc_threshold_percent),
+                    "womv.ecc_threshold_percent must be from 0 to 50",
+                ),
+                (
+                    !(0.0..=100.0).contains(&w.bit_change_percent),
+                    "womv.bit_change_percent must be from 0 to 100",
+                ),
+            ] {
+                if bad {
+                    return Err(format!("womv: {msg}"));
                 }
             }
         }

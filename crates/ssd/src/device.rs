@@ -248,6 +248,9 @@ impl Ssd {
             set("zone_finishes", f.zone_finishes);
             set("zone_staged_saves", f.zone_staged_saves);
         }
+        for (name, v) in st.ctl.ftl.extra_counters() {
+            set(name, v);
+        }
         set("block_erases", n.block_erases);
         set("nand_read_bytes", n.read_bytes);
         set("nand_program_bytes", n.program_bytes);

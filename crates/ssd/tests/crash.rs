@@ -7,7 +7,8 @@
 //! fail, as a host would see them time out). Power comes back, recovery runs its named steps,
 //! every block the model knows is read back and checked against what may have survived, and
 //! the run goes on with the same model; each case crashes several times. Failures print the
-//! seed; `FLASHRIG_SEED=<n>` reruns that case. MV-FTL (`ftl_policy = "mv"`) runs here too, and
+//! seed; `FLASHRIG_SEED=<n>` reruns that case. The WOM-v firmware (`[womv]`) runs in each of
+//! its modes, with its own recovery steps. MV-FTL (`ftl_policy = "mv"`) runs here too, and
 //! its case asserts that recovery found version chains at the cuts (so partial versions,
 //! their OOB bitmaps and the chain rule of recovery were exercised, not just whole units),
 //! with compacted pages (§3.3) written in its configurations of several units per page. The
@@ -20,9 +21,10 @@ use flashrig_check::{
     run_check, run_ops, seeds, verify_after_crash, CheckConfig, Model, OpWeights,
 };
 use flashrig_runtime::{run, sleep_ns, spawn, RuntimeKind};
-use flashrig_ssd::config::{FtlPolicy, SlcEviction};
+use flashrig_ssd::config::{FtlPolicy, SlcEviction, Womv, WomvGc};
 use flashrig_ssd::firmware::inplace::IN_PLACE_STEPS;
 use flashrig_ssd::firmware::recover::STEPS;
+use flashrig_ssd::firmware::womv::ftl::RECOVERY_STEPS as WOMV_STEPS;
 use flashrig_ssd::{Ssd, SsdConfig};
 use parking_lot::Mutex;
 use rand_core::{Rng, SeedableRng};
@@ -68,7 +70,9 @@ fn crash_case(
             }
             let report = ssd.power_on();
             let names: Vec<&str> = report.steps.iter().map(|s| s.name).collect();
-            let steps: &[&str] = if cfg.firmware.ftl_policy == FtlPolicy::InPlace {
+            let steps: &[&str] = if cfg.womv.is_some() {
+                &WOMV_STEPS
+            } else if cfg.firmware.ftl_policy == FtlPolicy::InPlace {
                 &IN_PLACE_STEPS
             } else {
                 &STEPS
@@ -227,4 +231,52 @@ fn crashes_with_mv_ftl_version_chains_and_compacted_pages() {
     }
     assert!(chained > 0, "no crash found a version chain to recover");
     assert!(compacted > 0, "no compacted page was written");
+}
+
+/// The WOM-v firmware (`[womv]`, docs/womv.md "The WOM-v SSD") on `tiny`'s geometry as QLC
+/// with the thesis' FEMU QLC timings, 12 erase units, write-through: in every mode (NO_WOM,
+/// WOM-v(2,4) with the default GC and with GC_OPT, WOM-v(1,4) in NR mode with GC_OPT) every
+/// flushed write survives power cuts at random points with the GC active (recovery rebuilds
+/// the mapping, the NR generations and the pool from the pages), and the coded modes
+/// rewrite pages without erasing them.
+#[test]
+fn crashes_with_the_womv_firmware() {
+    let modes = [
+        ("none", WomvGc::Default, false),
+        ("wom-v(2,4)", WomvGc::Default, false),
+        ("wom-v(2,4)", WomvGc::GcOpt, false),
+        ("wom-v(1,4)", WomvGc::GcOpt, true),
+    ];
+    for seed in seeds(500, 2) {
+        for (code, gc, no_read) in modes {
+            let what = format!("{code} {gc:?} no_read={no_read} seed {seed}");
+            let mut cfg = tiny();
+            cfg.nand = SsdConfig::preset("qlc-femu").unwrap().nand;
+            cfg.geometry.blocks_per_plane = 12;
+            cfg.firmware.buffer_bytes = 0;
+            cfg.womv = Some(Box::new(Womv { code: code.into(), gc, no_read, ..Womv::default() }));
+            // QLC programs are slow: 0.3 to 1.5 s of writes reach the first GC in most rounds.
+            let c = crash_case(cfg, seed, 2, false, (300_000_000, 1_200_000_000))
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            println!(
+                "{what}: {} host units, {} programs, {} reprograms, {} erases, {} GC writes, \
+                 {} reused in place",
+                c["ftl_host_units"],
+                c["womv_page_programs"],
+                c["womv_reprograms"],
+                c["womv_erases"],
+                c["womv_gc_writes"],
+                c["womv_reused_in_place"]
+            );
+            assert_eq!(c["power_losses"], 2, "{what}");
+            let collected =
+                c["womv_erases"] + c["womv_reused_after_relocation"] + c["womv_reused_in_place"];
+            assert!(collected > 0, "{what}: the GC never ran");
+            if code == "none" {
+                assert_eq!(c["womv_reprograms"], 0, "{what}");
+            } else {
+                assert!(c["womv_reprograms"] > 0, "{what}: no page was rewritten");
+            }
+        }
+    }
 }

@@ -60,7 +60,7 @@ fn cycles_until_refused(
         match page.write(code, &data, mode_of(cycle), budget_cells) {
             Ok(r) => {
                 assert_eq!(r.cycle, cycle);
-                for (i, (a, b)) in before.levels().iter().zip(page.levels()).enumerate() {
+                for (i, (a, b)) in before.levels().iter().zip(page.levels().iter()).enumerate() {
                     assert!(b >= a, "{}: seed {seed}: cell {i} fell from {a} to {b}", code.name());
                 }
                 page.read(code, &mut out);

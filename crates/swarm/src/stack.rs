@@ -21,7 +21,9 @@ use flashrig_engines::twophase::format::MD_BYTES_CHECKSUM;
 use flashrig_engines::twophase::{Twophase, TwophaseOptions};
 use flashrig_engines::{Concat, Csal, CsalOptions, Stripe, Zoned, ZonedOptions};
 use flashrig_runtime::HostCosts;
-use flashrig_ssd::config::{BufferPolicy, EvictorPolicy, FtlPolicy, SlcEviction, SsdConfig};
+use flashrig_ssd::config::{
+    BufferPolicy, EvictorPolicy, FtlPolicy, SlcEviction, SsdConfig, Womv, WomvGc,
+};
 use flashrig_ssd::Ssd;
 use parking_lot::Mutex;
 
@@ -124,6 +126,11 @@ pub enum SsdVariant {
     /// The write-in-place firmware (`ftl_policy = "in_place"`, the P5800X's) at 512-byte
     /// sectors, so sector writes read-modify-write their unit in its own slot.
     InPlace,
+    /// The WOM-v firmware (`[womv]`, jaffer-thesis-2023.txt ch. 3) on QLC: `true` for
+    /// WOM-v(1,4) in NR mode with GC_OPT (pages reused in place with valid pages beside
+    /// them), `false` for WOM-v(2,4) with the default GC (read before write, relocation
+    /// then reuse or erase).
+    Womv(bool),
 }
 
 /// A stack of the catalogue: its name (what `--stack` matches) and its engine.
@@ -316,6 +323,8 @@ pub fn catalogue() -> Vec<StackSpec> {
     add("ssd:no-merge", Ssd(SsdVariant::NoMerge));
     add("ssd:image", Ssd(SsdVariant::Image));
     add("ssd:in-place", Ssd(SsdVariant::InPlace));
+    add("ssd:womv", Ssd(SsdVariant::Womv(false)));
+    add("ssd:womv:nr-gc-opt", Ssd(SsdVariant::Womv(true)));
     add("stripe:3", Stripe { members: 3 });
     add("concat:3", Concat { members: 3 });
     for (k, m) in [(4, 1), (6, 2)] {
@@ -408,6 +417,21 @@ fn ssd_config(spec: &StackSpec, image: Option<&std::path::Path>) -> SsdConfig {
                     cfg.firmware.buffer_policy = policy;
                     cfg.firmware.ftl_policy = ftl;
                     cfg.firmware.mv_idle_merge = idle_merge;
+                }
+                SsdVariant::Womv(nr_gc_opt) => {
+                    // QLC cells with the thesis' FEMU timings; `tiny`'s 96 pages per block
+                    // hold whole L/CL/CU/U cycles.
+                    cfg.nand = SsdConfig::preset("qlc-femu").expect("preset").nand;
+                    cfg.womv = Some(Box::new(if nr_gc_opt {
+                        Womv {
+                            code: "wom-v(1,4)".into(),
+                            gc: WomvGc::GcOpt,
+                            no_read: true,
+                            ..Womv::default()
+                        }
+                    } else {
+                        Womv::default()
+                    }));
                 }
                 SsdVariant::SlcIdle => cfg.firmware.slc_eviction = SlcEviction::Idle,
                 SsdVariant::Plain | SsdVariant::Slc => {}

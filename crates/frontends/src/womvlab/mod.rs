@@ -10,10 +10,12 @@
 //! §3.7.11 (here), and the micro-benchmarks of §3.7.1 against the thesis' statements
 //! ([`micro`]). Deterministic: the same codes give the same report.
 
+mod bench;
 mod micro;
 
 use std::fmt::Write as _;
 
+pub use bench::{bench_ftl, bench_ssd, BenchRow};
 pub use micro::{MicroRow, Pattern};
 
 use flashrig_ssd::firmware::womv::analytic::{
@@ -482,53 +484,6 @@ pub fn validate(extra: Vec<WomCode>) -> WomvValidation {
         }
     }
     v
-}
-
-/// `flashrig bench ssd`: host writes per wall-second of the WOM-v FTL with 4 KiB pages
-/// (32,768 cells under WOM-v(1,4)), uniform random writes of random data at 75% of the space
-/// the GC rotates through, for NO_WOM, WOM-v(2,4) with the default GC (read, encode, program)
-/// and in NR mode with GC_OPT, in the same run. Returns (mode, writes, seconds, page
-/// programs per host write).
-pub fn bench_ftl(writes: u64) -> Vec<(&'static str, u64, f64, f64)> {
-    let modes: [(&'static str, Option<&str>, bool, GcPolicy); 3] = [
-        ("NO_WOM", None, false, GcPolicy::Relocate),
-        ("wom-v(2,4)", Some("wom-v(2,4)"), false, GcPolicy::Relocate),
-        (
-            "wom-v(2,4)-NR-GC_OPT",
-            Some("wom-v(2,4)"),
-            true,
-            GcPolicy::ReuseInPlace { min_programmable_pages: 0 },
-        ),
-    ];
-    let mut out = Vec::new();
-    for (label, code, no_read, gc) in modes {
-        let config = FtlConfig {
-            code: code.map(|c| WomCode::builtin(c).expect("built-in")),
-            no_read,
-            gc,
-            victim: VictimPolicy::Greedy,
-            erase_units: 64,
-            pages_per_erase_unit: 64,
-            logical_pages: 61 * 64 * 3 / 4,
-            page_bytes: 4096,
-            ecc_fraction: 0.03,
-            gc_free_erase_units: 2,
-        };
-        let logical = config.logical_pages;
-        let mut ftl = WomFtl::new(config).expect("a valid configuration");
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(9);
-        let mut data = vec![0u8; 4096];
-        let start = std::time::Instant::now();
-        for _ in 0..writes {
-            rng.fill_bytes(&mut data);
-            let lpn = (rng.next_u64() % logical as u64) as u32;
-            ftl.write(lpn, &data).expect("the FTL has room for its user pages");
-        }
-        let secs = start.elapsed().as_secs_f64();
-        let c = ftl.counters();
-        out.push((label, writes, secs, c.page_programs as f64 / c.host_writes as f64));
-    }
-    out
 }
 
 /// The report, Markdown.

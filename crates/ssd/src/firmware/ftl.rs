@@ -163,6 +163,10 @@ pub trait Ftl: Send {
     fn zone_finish(&mut self, t_ns: u64, _zone: u64) -> u64 {
         t_ns
     }
+    /// Counters of the FTL's own, published beside the common ones (the WOM-v firmware's).
+    fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
     /// Zoned namespace: each zone's written blocks and whether it was finished, as the media
     /// (and the saved staging) hold them, for rebuilding the zone table after a power loss.
     fn zone_media_state(&self) -> Vec<(u64, bool)> {

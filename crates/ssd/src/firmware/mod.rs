@@ -171,6 +171,8 @@ impl Controller {
         };
         let mut ftl: Box<dyn Ftl> = if zones.is_some() {
             Box::new(zoned::ZoneMap::new(cfg, layout.clone(), shape))
+        } else if cfg.womv.is_some() {
+            Box::new(womv::device::WomMap::new(cfg, layout.clone(), shape)?)
         } else if f.ftl_policy == FtlPolicy::InPlace {
             Box::new(inplace::InPlaceMap::new(cfg, layout.clone(), shape))
         } else {

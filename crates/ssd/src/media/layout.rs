@@ -117,17 +117,26 @@ impl Layout {
         };
         // A zoned namespace exports every zone, holes past each zone's capacity included, and
         // keeps no spare lines: without device GC, over-provisioning has no use.
+        let womv = match &cfg.womv {
+            Some(_) => {
+                Some(crate::firmware::womv::device::geometry(cfg, slots_native as u32, lines)?)
+            }
+            None => None,
+        };
         let logical_ius = match &zones {
             // Saturating: a namespace too large to address is refused just below.
             Some(z) => {
                 z.num_zones.saturating_mul(z.zone_blocks * f.block_bytes as u64 / f.iu_bytes as u64)
             }
+            // The WOM-v firmware exports its logical pages (coded pages take several slots).
+            None if womv.is_some() => womv.map_or(0, |w| w.logical_pages as u64),
             None => (dense_slots as f64 / (1.0 + f.over_provisioning_percent / 100.0)) as u64,
         };
         let logical_lines = logical_ius.div_ceil(slots_native);
         let spare = dense_lines.saturating_sub(logical_lines);
         let needed = f.gc_background_free_lines.max(f.gc_foreground_free_lines) as u64 + 3;
-        if zones.is_none() && spare < needed {
+        // The WOM-v firmware checked its own reserve (in erase units of coded pages).
+        if zones.is_none() && womv.is_none() && spare < needed {
             return Err(format!(
                 "firmware.over_provisioning_percent = {}: leaves {spare} spare lines of {} \
                  dense lines; garbage collection needs at least {needed} (its free-line \

@@ -20,7 +20,7 @@ pub struct Shape {
 }
 
 impl Shape {
-    fn data_len(&self) -> usize {
+    pub(crate) fn data_len(&self) -> usize {
         if self.mode == PayloadMode::Full {
             self.block_bytes * self.blocks_per_iu
         } else {

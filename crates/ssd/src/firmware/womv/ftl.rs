@@ -173,8 +173,28 @@ struct Page {
     cells: Cells,
     /// Out of band: the logical page and the program's sequence number.
     oob: Option<(u32, u64)>,
+    /// Out of band too: bytes the caller keeps beside the cells (the emulated SSD's
+    /// per-block host metadata, or a timing-only run's block fingerprints).
+    meta: Vec<u8>,
     valid: bool,
 }
+
+/// A media operation the FTL performed, in order, for a caller that charges their time
+/// (the emulated SSD, `super::device`); recorded only after [`WomFtl::record_ops`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MediaOp {
+    /// A page program; `read_first` when the page's cells were read to encode the data
+    /// (the default mode's read before write), `gc` when it relocated a valid page.
+    Program { eu: u32, page: u32, read_first: bool, gc: bool },
+    /// A page read that did not lead to a program: the GC's read of a page it relocates, or
+    /// the read before a write the page then refused over its ECC budget.
+    Read { eu: u32, page: u32 },
+    /// An erase of a whole erase unit.
+    Erase { eu: u32 },
+}
+
+/// The names of [`WomFtl::recover`]'s steps, in order.
+pub const RECOVERY_STEPS: [&str; 4] = ["scan", "generations", "pool", "gc"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum EuState {
@@ -214,6 +234,13 @@ pub struct WomFtl {
     /// Programs left before the armed power cut.
     power_cut_in: Option<u64>,
     dead: bool,
+    /// Durable trim records: per logical page, the sequence number of its last trim (0:
+    /// none). A trim after a page's newest program keeps recovery from bringing it back.
+    trimmed: Vec<u64>,
+    /// The media operations since the caller last took them (`None`: not recorded).
+    ops: Option<Vec<MediaOp>>,
+    /// Whether the operation being performed is the GC's (for [`MediaOp::Program`]).
+    in_gc: bool,
 }
 
 impl WomFtl {
@@ -233,6 +260,7 @@ impl WomFtl {
             })
             .collect();
         let ecc_budget_cells = Self::budget(&config);
+        let logical_pages = config.logical_pages as usize;
         Ok(WomFtl {
             map: vec![None; config.logical_pages as usize],
             pool: (0..config.erase_units).map(|e| (e, config.pages_per_erase_unit)).collect(),
@@ -246,6 +274,9 @@ impl WomFtl {
             ecc_budget_cells,
             power_cut_in: None,
             dead: false,
+            trimmed: vec![0; logical_pages],
+            ops: None,
+            in_gc: false,
         })
     }
 
@@ -265,7 +296,7 @@ impl WomFtl {
             }
             None => Cells::Plain(None),
         };
-        Page { cells, oob: None, valid: false }
+        Page { cells, oob: None, meta: Vec::new(), valid: false }
     }
 
     pub fn config(&self) -> &FtlConfig {
@@ -285,10 +316,103 @@ impl WomFtl {
 
     /// Writes one logical page; once it returns, the data survives a power cut.
     pub fn write(&mut self, lpn: u32, data: &[u8]) -> Result<(), FtlError> {
+        self.write_with_meta(lpn, data, &[])
+    }
+
+    /// [`WomFtl::write`] with `meta` kept in the page's out-of-band area beside the cells
+    /// (read back by [`WomFtl::meta`], moved with the page by the GC).
+    pub fn write_with_meta(&mut self, lpn: u32, data: &[u8], meta: &[u8]) -> Result<(), FtlError> {
         self.check(lpn, data.len())?;
-        self.place(lpn, data)?;
+        self.place(lpn, data, meta)?;
         self.counters.host_writes += 1;
         self.collect_if_needed()
+    }
+
+    /// Unmaps a logical page; durable at once (a trim record, kept across power cuts).
+    pub fn trim(&mut self, lpn: u32) -> Result<(), FtlError> {
+        self.check(lpn, self.config.page_bytes)?;
+        if let Some((eu, page)) = self.map[lpn as usize].take() {
+            let unit = &mut self.units[eu as usize];
+            unit.pages[page as usize].valid = false;
+            unit.valid_pages -= 1;
+        }
+        self.trimmed[lpn as usize] = self.next_seq;
+        self.next_seq += 1;
+        Ok(())
+    }
+
+    /// Where a logical page's valid copy is: (erase unit, page).
+    pub fn location(&self, lpn: u32) -> Option<(u32, u32)> {
+        self.map.get(lpn as usize).copied().flatten()
+    }
+
+    /// The out-of-band bytes written with a logical page's valid copy.
+    pub fn meta(&self, lpn: u32) -> Option<&[u8]> {
+        let (eu, page) = self.location(lpn)?;
+        Some(&self.units[eu as usize].pages[page as usize].meta)
+    }
+
+    /// Decodes a logical page's valid copy into `out` without counting a host read (what
+    /// the caller's own read-modify-write or data synthesis needs); false if unmapped.
+    pub fn peek(&self, lpn: u32, out: &mut [u8]) -> bool {
+        match self.location(lpn) {
+            Some((eu, page)) => {
+                self.read_page(eu, page, out);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Decodes the page the next write would most likely program (the open erase unit's
+    /// next writable page, else the first writable page of the erase unit the pool gives
+    /// next) into `out`; false when that page is erased or unknown. Timing-only runs derive
+    /// synthetic data from it, so their bit-change rate is between a flash page's old
+    /// content and what overwrites it (a write the page refuses goes to the next one, whose
+    /// content may differ).
+    pub fn next_page_content(&mut self, out: &mut [u8]) -> bool {
+        let per = self.config.pages_per_erase_unit;
+        if let Some((eu, next)) = self.open {
+            if let Some(p) = (next..per).find(|&p| self.writable(eu, p)) {
+                self.read_page(eu, p, out);
+                return self.units[eu as usize].pages[p as usize].oob.is_some();
+            }
+        }
+        let Some(&(eu, _)) = self.pool.front() else { return false };
+        self.units[eu as usize].generation += 1;
+        let erased = self.needs_erase_to_open(eu);
+        let page = (0..per).find(|&p| self.writable(eu, p));
+        self.units[eu as usize].generation -= 1;
+        match page {
+            Some(p) if !erased => {
+                self.read_page(eu, p, out);
+                self.units[eu as usize].pages[p as usize].oob.is_some()
+            }
+            _ => false,
+        }
+    }
+
+    /// Erases so far of every erase unit.
+    pub fn erase_counts(&self) -> Vec<u32> {
+        self.units.iter().map(|u| u.erase_count).collect()
+    }
+
+    /// Starts recording media operations (see [`MediaOp`]).
+    pub fn record_ops(&mut self) {
+        self.ops.get_or_insert_with(Vec::new);
+    }
+
+    /// Moves the operations recorded since the last call into `into`.
+    pub fn take_ops(&mut self, into: &mut Vec<MediaOp>) {
+        if let Some(ops) = self.ops.as_mut() {
+            into.append(ops);
+        }
+    }
+
+    fn log(&mut self, op: MediaOp) {
+        if let Some(ops) = self.ops.as_mut() {
+            ops.push(op);
+        }
     }
 
     /// Reads one logical page into `out`; returns false (and zeros) if it was never written.
@@ -348,7 +472,7 @@ impl WomFtl {
 
     /// Programs `data` for `lpn` into the next writable page of the open erase unit, opening
     /// erase units from the pool as needed, and remaps `lpn`.
-    fn place(&mut self, lpn: u32, data: &[u8]) -> Result<(), FtlError> {
+    fn place(&mut self, lpn: u32, data: &[u8], meta: &[u8]) -> Result<(), FtlError> {
         loop {
             let Some((eu, next)) = self.open else {
                 self.open_next()?;
@@ -366,7 +490,7 @@ impl WomFtl {
                 self.counters.pages_skipped += 1;
                 continue;
             }
-            if self.program(eu, next, lpn, data)? {
+            if self.program(eu, next, lpn, data, meta)? {
                 return Ok(());
             }
         }
@@ -374,7 +498,14 @@ impl WomFtl {
 
     /// One page program; false when the page refused the data (ECC budget) and is left as it
     /// was.
-    fn program(&mut self, eu: u32, page: u32, lpn: u32, data: &[u8]) -> Result<bool, FtlError> {
+    fn program(
+        &mut self,
+        eu: u32,
+        page: u32,
+        lpn: u32,
+        data: &[u8],
+        meta: &[u8],
+    ) -> Result<bool, FtlError> {
         if let Some(left) = self.power_cut_in.as_mut() {
             if *left == 0 {
                 self.dead = true;
@@ -398,6 +529,11 @@ impl WomFtl {
                     }
                     Err(WriteRefused::EccBudget { .. }) => {
                         self.counters.refused_writes += 1;
+                        if mode == WriteMode::SameGeneration {
+                            // The page was read to encode the data it then refused.
+                            self.counters.reads_before_write += 1;
+                            self.log(MediaOp::Read { eu, page });
+                        }
                         return Ok(false);
                     }
                     Err(e) => return Err(FtlError::Medium(e)),
@@ -408,11 +544,15 @@ impl WomFtl {
             }
         }
         p.oob = Some((lpn, self.next_seq));
+        p.meta.clear();
+        p.meta.extend_from_slice(meta);
         p.valid = true;
         unit.valid_pages += 1;
         self.next_seq += 1;
         self.counters.page_programs += 1;
         self.counters.reprograms += reprogram as u64;
+        let read_first = self.config.code.is_some() && mode == WriteMode::SameGeneration;
+        self.log(MediaOp::Program { eu, page, read_first, gc: self.in_gc });
         if let Some((old_eu, old_page)) = self.map[lpn as usize].replace((eu, page)) {
             let old = &mut self.units[old_eu as usize];
             old.pages[old_page as usize].valid = false;
@@ -460,6 +600,7 @@ impl WomFtl {
         unit.erase_count += 1;
         unit.generation = 0;
         self.counters.erases += 1;
+        self.log(MediaOp::Erase { eu });
     }
 
     fn return_to_pool(&mut self, eu: u32, pages: u32) {
@@ -526,6 +667,28 @@ impl WomFtl {
                 best = Some((e, gain));
             }
         }
+        best.map(|(e, _)| e).or_else(|| self.pool_victim(room))
+    }
+
+    /// GC_OPT returns erase units to the pool with valid pages in them and only a few pages
+    /// to write. When every closed unit is full of valid pages or has more of them than the
+    /// room left, such pool units may be all the invalid space there is: the one whose
+    /// relocation gains the most (its invalid pages less those it already counts in the
+    /// pool) is taken out of the pool and relocated, or the writes would run out of space
+    /// while the pool still holds invalid pages.
+    fn pool_victim(&self, room: u64) -> Option<u32> {
+        let per = self.config.pages_per_erase_unit;
+        let mut best: Option<(u32, u32)> = None;
+        for &(e, counted) in &self.pool {
+            let valid = self.units[e as usize].valid_pages;
+            let gain = (per - valid).saturating_sub(counted);
+            if valid == 0 || gain == 0 || valid as u64 > room.saturating_sub(counted as u64) {
+                continue;
+            }
+            if best.is_none_or(|(_, g)| gain > g) {
+                best = Some((e, gain));
+            }
+        }
         best.map(|(e, _)| e)
     }
 
@@ -555,7 +718,13 @@ impl WomFtl {
     }
 
     fn collect(&mut self, eu: u32) -> Result<(), FtlError> {
-        if let GcPolicy::ReuseInPlace { min_programmable_pages } = self.config.gc {
+        if self.units[eu as usize].state == EuState::Pool {
+            // A pool victim (see `pool_victim`): out of the pool, then relocated.
+            let at = self.pool.iter().position(|&(e, _)| e == eu).expect("a pool unit");
+            let (_, counted) = self.pool.remove(at).expect("in range");
+            self.pool_pages -= counted as u64;
+            self.units[eu as usize].state = EuState::Closed;
+        } else if let GcPolicy::ReuseInPlace { min_programmable_pages } = self.config.gc {
             let programmable = self.programmable_next_time(eu);
             if programmable >= min_programmable_pages.max(1) {
                 self.return_to_pool(eu, programmable);
@@ -571,9 +740,14 @@ impl WomFtl {
                 continue;
             }
             let (lpn, _) = p.oob.expect("a valid page has its out-of-band data");
+            let meta = p.meta.clone();
             self.read_page(eu, page, &mut buf);
             self.counters.gc_reads += 1;
-            self.place(lpn, &buf)?;
+            self.log(MediaOp::Read { eu, page });
+            self.in_gc = true;
+            let placed = self.place(lpn, &buf, &meta);
+            self.in_gc = false;
+            placed?;
             self.counters.gc_writes += 1;
         }
         let reuse = self.config.code.is_some()
@@ -598,7 +772,7 @@ impl WomFtl {
     /// 4. `gc`: the GC runs until the pool is as full as it wants (GC_OPT's erase units that
     ///    were in the pool with valid pages come back through it).
     pub fn recover(self) -> Result<WomFtl, FtlError> {
-        let WomFtl { config, mut units, counters, ecc_budget_cells, .. } = self;
+        let WomFtl { config, mut units, counters, ecc_budget_cells, trimmed, ops, .. } = self;
         // Step 1, scan.
         let mut newest: Vec<Option<(u64, u32, u32)>> = vec![None; config.logical_pages as usize];
         let mut next_seq = 1;
@@ -615,9 +789,13 @@ impl WomFtl {
                 }
             }
         }
+        next_seq = next_seq.max(trimmed.iter().max().copied().unwrap_or(0) + 1);
         let mut map = vec![None; config.logical_pages as usize];
         for (lpn, slot) in newest.iter().enumerate() {
-            if let Some((_, e, p)) = *slot {
+            if let Some((seq, e, p)) = *slot {
+                if trimmed[lpn] > seq {
+                    continue; // trimmed after its newest program
+                }
                 units[e as usize].pages[p as usize].valid = true;
                 units[e as usize].valid_pages += 1;
                 map[lpn] = Some((e, p));
@@ -665,6 +843,9 @@ impl WomFtl {
             ecc_budget_cells,
             power_cut_in: None,
             dead: false,
+            trimmed,
+            ops,
+            in_gc: false,
         };
         let per = ftl.config.pages_per_erase_unit;
         for e in 0..ftl.config.erase_units {
