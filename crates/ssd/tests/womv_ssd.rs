@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use flashrig_blockdev::{BlockDevice, WriteHints};
 use flashrig_runtime::{run, RuntimeKind};
-use flashrig_ssd::config::{CellType, PayloadMode, Womv, WomvGc, WomvSpace};
+use flashrig_ssd::config::{CellType, PayloadMode, Womv, WomvGc, WomvSpace, WomvVictim};
 use flashrig_ssd::{Ssd, SsdConfig};
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -61,7 +61,9 @@ fn write_span(cfg: SsdConfig, seed: u64, writes: u64, span: u64) -> BTreeMap<Str
             let lba = rng.next_u64() % n;
             let mut b = vec![0u8; 4096];
             rng.fill_bytes(&mut b);
-            dev.write(lba, &b, None, WriteHints::default()).await.unwrap();
+            dev.write(lba, &b, None, WriteHints::default())
+                .await
+                .unwrap_or_else(|e| panic!("seed {seed}: write of block {lba}: {e}"));
             last.insert(lba, b);
         }
         if cfg.payload == PayloadMode::Full {
@@ -117,6 +119,21 @@ fn coding_erases_less_than_no_wom() {
     assert!(none > 0.0, "NO_WOM never erased");
     assert!(wom < none, "WOM-v(2,4) {wom} vs NO_WOM {none}");
     assert!(opt < wom, "GC_OPT {opt} vs the default GC {wom}");
+}
+
+/// GC_OPT leaves valid pages in the units it puts back in the pool; with either victim
+/// policy the GC must still find room when every closed unit is full or too full to
+/// relocate (it takes a pool unit then), so the writes never run out of space while invalid
+/// pages remain.
+#[test]
+fn gc_opt_never_runs_out_of_space_with_either_victim_policy() {
+    for victim in [WomvVictim::Greedy, WomvVictim::Lrw] {
+        let mut w = womv("wom-v(2,4)", WomvGc::GcOpt, false);
+        w.victim = victim;
+        // write_span panics (naming the seed) if a write fails.
+        let c = write_span(qlc(12, w), 4, 12_000, 1024);
+        assert!(c["womv_reused_in_place"] > 0, "{victim:?}: GC_OPT never reused a unit");
+    }
 }
 
 /// §3.7's setups: the same physical device exports k/n of the logical space (half under

@@ -117,6 +117,10 @@ pub struct WomMap {
     full: u128,
     seq: u64,
     counters: FtlCounters,
+    /// When each erase unit's last erase is done: nothing on the unit may start before it
+    /// (a plane timeline would otherwise fit a later-booked program into an idle gap ahead
+    /// of the erase of its block).
+    erased_at_ns: Vec<u64>,
     /// Scratch: the FTL's media operations of one command, and one page of cell data.
     ops: Vec<MediaOp>,
     data: Vec<u8>,
@@ -161,6 +165,7 @@ impl WomMap {
             seq: 1,
             counters: FtlCounters::default(),
             ops: Vec::new(),
+            erased_at_ns: vec![0; geo.erase_units as usize],
             ftl: Some(ftl),
             geo,
             layout,
@@ -222,21 +227,24 @@ impl WomMap {
     }
 
     /// Charges the media operations the FTL recorded, issued at `t_ns`; returns when the
-    /// host's programs among them are done (`t_ns` if there were none).
+    /// host's programs among them are done (`t_ns` if there were none). A program starts
+    /// after every read recorded before it in the same command (a relocation programs what
+    /// its read brought in; a write a page refused goes to the next page once the read
+    /// showed it), and any operation on an erase unit after the unit's erase.
     fn charge(&mut self, t_ns: u64) -> u64 {
         let mut ops = std::mem::take(&mut self.ops);
         self.ftl_mut().take_ops(&mut ops);
-        let (mut host_done, mut all_done, mut gc_read_done) = (t_ns, t_ns, t_ns);
+        let (mut host_done, mut all_done, mut reads_done) = (t_ns, t_ns, t_ns);
         for op in ops.drain(..) {
             match op {
-                MediaOp::Read { page, .. } => {
-                    let done = self.read_coded(t_ns, page);
-                    gc_read_done = gc_read_done.max(done);
+                MediaOp::Read { eu, page } => {
+                    let at = t_ns.max(self.erased_at_ns[eu as usize]);
+                    let done = self.read_coded(at, page);
+                    reads_done = reads_done.max(done);
                     all_done = all_done.max(done);
                 }
-                MediaOp::Program { page, read_first, gc, .. } => {
-                    // A relocation programs what its read brought in.
-                    let mut start = if gc { gc_read_done } else { t_ns };
+                MediaOp::Program { eu, page, read_first, gc } => {
+                    let mut start = reads_done.max(self.erased_at_ns[eu as usize]);
                     if read_first {
                         start = self.read_coded(start, page);
                     }
@@ -246,12 +254,15 @@ impl WomMap {
                         host_done = host_done.max(done);
                     }
                 }
-                MediaOp::Erase { .. } => {
+                MediaOp::Erase { eu } => {
                     // After the relocations that emptied it.
                     let at = all_done;
+                    let mut erased = at;
                     for plane in 0..self.layout.planes {
-                        all_done = all_done.max(self.timer.erase(at, plane, false));
+                        erased = erased.max(self.timer.erase(at, plane, false));
                     }
+                    self.erased_at_ns[eu as usize] = erased;
+                    all_done = all_done.max(erased);
                 }
             }
         }
@@ -410,6 +421,8 @@ impl Ftl for WomMap {
 
     fn recover(&mut self, t_ns: u64) -> Vec<RecoveryStep> {
         self.timer.reset_timelines(t_ns);
+        // The restarted timelines hold no erase in flight.
+        self.erased_at_ns.fill(0);
         let ftl = self.ftl.take().expect("one recovery at a time");
         let before = ftl.counters();
         let ftl = ftl.recover().expect("recovery's GC has the reserve the configuration keeps");

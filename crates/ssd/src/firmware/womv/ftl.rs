@@ -659,7 +659,8 @@ impl WomFtl {
             return candidates
                 .into_iter()
                 .min_by_key(|&(e, _)| self.units[e as usize].closed_at)
-                .map(|(e, _)| e);
+                .map(|(e, _)| e)
+                .or_else(|| self.pool_victim(room));
         }
         let mut best: Option<(u32, u32)> = None;
         for (e, gain) in candidates {

@@ -399,7 +399,6 @@ impl CodedPage {
         for (i, p) in pairs.iter_mut().enumerate() {
             *p = dec[i & 15] as u16 | (dec[i >> 4] as u16) << k;
         }
-        out.fill(0);
         let zeros;
         let levels: &[u8] = if self.levels.is_empty() {
             zeros = vec![0u8; self.cells as usize];
@@ -412,6 +411,9 @@ impl CodedPage {
             2 => unpack_fast::<2>(levels, &dec, &pairs, out),
             4 => unpack_fast::<4>(levels, &dec, &pairs, out),
             _ => {
+                // Symbols straddle bytes: set bit by bit over zeros (the widths above write
+                // every byte whole).
+                out.fill(0);
                 for (i, &level) in levels.iter().enumerate() {
                     set_symbol(out, k, i, dec[level as usize & 15]);
                 }
