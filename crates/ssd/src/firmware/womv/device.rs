@@ -190,26 +190,12 @@ impl WomMap {
         self.geo
     }
 
-    /// The flash pages of coded page `page` of an erase unit (every erase unit has the same
-    /// layout over the planes; only the block differs), each as (channel, plane, page type).
-    fn flash_pages(&self, page: u32) -> impl Iterator<Item = (u32, u32, usize)> + '_ {
-        let first_slot = page * self.geo.slots_per_page;
-        (first_slot..first_slot + self.geo.slots_per_page).flat_map(move |slot| {
-            let (first, n) = self.layout.slot_pages(slot);
-            (first..first + n).map(move |p| {
-                let a = self.layout.page_addr(p);
-                (a.channel, a.plane, self.layout.page_type(&a, false))
-            })
-        })
-    }
-
     /// Reads a coded page's flash pages, issued at `t_ns`; returns when the last is off
     /// the channel.
     fn read_coded(&mut self, t_ns: u64, page: u32) -> u64 {
         let bytes = self.layout.page_bytes;
-        let pages: Vec<_> = self.flash_pages(page).collect();
         let mut done = t_ns;
-        for (channel, plane, ty) in pages {
+        for (channel, plane, ty) in flash_pages(&self.layout, self.geo.slots_per_page, page) {
             done = done.max(self.timer.read(t_ns, channel, plane, ty, false, bytes));
         }
         done
@@ -218,9 +204,8 @@ impl WomMap {
     /// Programs a coded page's flash pages, issued at `t_ns`; returns when the last is done.
     fn program_coded(&mut self, t_ns: u64, page: u32) -> u64 {
         let bytes = self.layout.page_bytes;
-        let pages: Vec<_> = self.flash_pages(page).collect();
         let mut done = t_ns;
-        for (channel, plane, ty) in pages {
+        for (channel, plane, ty) in flash_pages(&self.layout, self.geo.slots_per_page, page) {
             done = done.max(self.timer.program(t_ns, channel, plane, ty, false, bytes).done_ns);
         }
         done
@@ -270,30 +255,17 @@ impl WomMap {
         host_done
     }
 
-    /// The data whose cells a unit's program writes: the unit's bytes, or for timing-only
-    /// payloads the content of the flash page the write will most likely program with each
-    /// bit flipped at the configured rate (random over an erased page). The rate is thus
-    /// between a page's old data and what overwrites it, as in the thesis' data-buffer
+    /// Timing-only payloads: fills `data` with what the next program's cells are derived
+    /// from, the content of the flash page the write will most likely program with each bit
+    /// flipped at the configured rate (random over an erased page). The rate is thus between
+    /// a page's old data and what overwrites it, as in the thesis' data-buffer
     /// micro-benchmark (§3.7.1), whatever the workload's order.
-    fn cell_data(&mut self, w: &IuWrite) -> Vec<u8> {
-        if self.shape.mode == PayloadMode::Full {
-            return w.img.as_bytes()[..self.shape.data_len()].to_vec();
-        }
-        let mut data = std::mem::take(&mut self.data);
-        if self.ftl_mut().next_page_content(&mut data) {
-            flip_bits(&mut self.rng, &mut data, self.flip_256);
+    fn synthesize(&mut self, data: &mut [u8]) {
+        if self.ftl_mut().next_page_content(data) {
+            flip_bits(&mut self.rng, data, self.flip_256);
         } else {
-            self.rng.fill_bytes(&mut data);
+            self.rng.fill_bytes(data);
         }
-        let out = data.clone();
-        self.data = data;
-        out
-    }
-
-    /// What the page's out-of-band area keeps beside the cells: the image bytes that are not
-    /// cell data (host metadata; fingerprints in timing-only runs).
-    fn meta_of<'a>(&self, img: &'a IuImage) -> &'a [u8] {
-        &img.as_bytes()[self.shape.data_len()..]
     }
 
     fn image_of(&self, lpn: u32) -> Option<IuImage> {
@@ -315,6 +287,23 @@ impl WomMap {
             _ => DevError::Invalid(format!("womv: logical page {lpn}: {e}")),
         }
     }
+}
+
+/// The flash pages of coded page `page` of an erase unit (every erase unit has the same
+/// layout over the planes; only the block differs), each as (channel, plane, page type).
+fn flash_pages(
+    layout: &Layout,
+    slots_per_page: u32,
+    page: u32,
+) -> impl Iterator<Item = (u32, u32, usize)> + '_ {
+    let first_slot = page * slots_per_page;
+    (first_slot..first_slot + slots_per_page).flat_map(move |slot| {
+        let (first, n) = layout.slot_pages(slot);
+        (first..first + n).map(move |p| {
+            let a = layout.page_addr(p);
+            (a.channel, a.plane, layout.page_type(&a, false))
+        })
+    })
 }
 
 /// Flips each bit of `data` with probability `p_256 / 256`: each 64-bit word's mask is built
@@ -383,11 +372,20 @@ impl Ftl for WomMap {
             }
         }
         let mut done = start;
+        let data_len = shape.data_len();
+        let mut synthetic = std::mem::take(&mut self.data);
         for w in ius.drain(..) {
-            let data = self.cell_data(&w);
-            let meta = self.meta_of(&w.img).to_vec();
+            // The cells come from the unit's bytes (full payload) or synthetic data; the rest
+            // of the image (metadata, fingerprints) goes out of band.
+            let (bytes, meta) = w.img.as_bytes().split_at(data_len);
+            let data: &[u8] = if shape.mode == PayloadMode::Full {
+                bytes
+            } else {
+                self.synthesize(&mut synthetic);
+                &synthetic
+            };
             let before = self.ftl().counters();
-            let res = self.ftl_mut().write_with_meta(w.lpn, &data, &meta);
+            let res = self.ftl_mut().write_with_meta(w.lpn, data, meta);
             let after = self.ftl().counters();
             self.counters.host_slots += 1;
             self.counters.gc_copies += after.gc_writes - before.gc_writes;
@@ -397,8 +395,12 @@ impl Ftl for WomMap {
                     - before.reused_after_relocation
                     - before.reused_in_place;
             done = done.max(self.charge(start));
-            res.map_err(|e| self.dev_error(w.lpn, e))?;
+            if let Err(e) = res {
+                self.data = synthetic;
+                return Err(self.dev_error(w.lpn, e));
+            }
         }
+        self.data = synthetic;
         Ok(done)
     }
 
@@ -457,7 +459,7 @@ impl Ftl for WomMap {
 
     fn plane_of(&self, lpn: u32) -> Option<u32> {
         let (_, page) = self.ftl().location(lpn)?;
-        self.flash_pages(page).next().map(|(_, plane, _)| plane)
+        flash_pages(&self.layout, self.geo.slots_per_page, page).next().map(|(_, plane, _)| plane)
     }
 
     /// Each erase unit's count, for each of its blocks (one per plane).
