@@ -387,6 +387,28 @@ enum ReproduceCommand {
         #[command(flatten)]
         common: ReproduceArgs,
     },
+    /// jaffer-thesis-2023 chapter 3, §3.7: WOM-v codes on flashrig's QLC SSD, the
+    /// micro-benchmarks and traces of Figs. 3.7-3.14 and the analytic models, the thesis'
+    /// numbers beside ours (docs/reproduce-womv.md).
+    #[command(long_about = "jaffer-thesis-2023 chapter 3, §3.7: NO_WOM, WOM-v(2,4) and \
+                      WOM-v(1,4) with the default GC, GC_OPT and NR mode, and an MLC drive of \
+                      the same cells, as firmware of flashrig's emulated QLC SSD (the qlc-femu \
+                      preset), on §3.7.1's micro-benchmarks and on the real trace slices and \
+                      stand-ins reduced the thesis' way; with `flashrig validate womv`'s \
+                      analytic models (Figs. 3.3-3.4, §3.7.7-§3.7.12); the thesis' numbers \
+                      beside ours with direction and why.\n\n\
+                      The full run (no flag) writes the committed document \
+                      docs/reproduce-womv.md, its plots in docs/figures/womv/ and every run's \
+                      result file in reproduce-results/womv/. --quick writes everything to \
+                      reproduce-results/womv-quick/ instead, and never overwrites a document a \
+                      full run wrote (exit status 2).")]
+    Womv {
+        #[command(flatten)]
+        common: ReproduceArgs,
+        /// The real traces (MANIFEST.txt and the files it lists); those missing are skipped.
+        #[arg(long, default_value = "../shared/traces")]
+        traces: PathBuf,
+    },
     /// jaffer-thesis-2023 chapter 2: ext4, xfs and btrfs under SSD faults, Tables 2.5/2.6's
     /// shape, the severe outcomes beside the thesis' ~16% (docs/reproduce-fsfault.md).
     /// Needs root, /dev/fuse and loop devices.
@@ -1148,6 +1170,21 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
                 return Ok(());
             }
             reproduced(csal::csal(&opts)?, &opts.outputs.doc, common.quiet)
+        }
+        Command::Reproduce { paper: ReproduceCommand::Womv { common, traces } } => {
+            use flashrig::lab::womv::{self, Options};
+            let opts = Options {
+                mode: common.mode(),
+                outputs: common.outputs("womv"),
+                traces,
+                workers: common.jobs.unwrap_or(0),
+                quiet: common.quiet,
+            };
+            if let Some(dir) = &common.dump_configs {
+                print_dumped(womv::dump_configs(&opts, dir, &common.only)?, dir, common.quiet);
+                return Ok(());
+            }
+            reproduced(womv::womv(&opts)?, &opts.outputs.doc, common.quiet)
         }
         Command::Fsfault { study, results, out, plots, jobs, quiet } => {
             let opts = study.options(results.clone(), jobs, quiet)?;

@@ -200,6 +200,37 @@ fn trace_reads_precondition_writes_exactly_the_ranges_the_trace_reads() {
     assert!(data_back);
 }
 
+/// `precondition.trace_requests` replays the first N requests of the trace as a warm-up: the
+/// writes among them, in trace order, and nothing else (the reads are not written). Method:
+/// the DiskSim trace of the test above repeated twice, warmed up with its first 7 requests
+/// (writes of sectors 128 and 192, then 128 again) on the logging device.
+#[test]
+fn trace_requests_precondition_replays_the_start_of_the_trace() {
+    use flashrig::replay::{precondition, PreconditionConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    let ops = [(0, 1), (128, 0), (64, 1), (192, 0), (0, 1)];
+    for (i, (sector, op)) in ops.iter().chain(ops.iter()).enumerate() {
+        text.push_str(&format!("{} 0 {sector} 8 {op}\n", i * 1000));
+    }
+    let trace = dir.path().join("w.disksim");
+    std::fs::write(&trace, text).unwrap();
+    let cfg = ReplayConfig { trace, format: Some("disksim".into()), ..ReplayConfig::default() };
+    let writes = run(RuntimeKind::Sim, 1, move || async move {
+        let ram: DevRef = Arc::new(RamDevice::new("ram", 4096, 1024, 0, 0));
+        let logged = Arc::new(Logger { inner: ram.clone(), writes: Mutex::new(Vec::new()) });
+        let dev: DevRef = logged.clone();
+        let p =
+            PreconditionConfig { trace_requests: 7, iodepth: 1, ..PreconditionConfig::default() };
+        precondition(&dev, &p, 1, Some(&cfg)).await.expect("precondition");
+        let w = logged.writes.lock().clone();
+        w
+    })
+    .0;
+    // Sectors 128 and 192 are 4 KiB blocks 16 and 24.
+    assert_eq!(writes, vec![(16, 1), (24, 1), (16, 1)]);
+}
+
 /// `precondition.random_overwrite_ms` writes 4 KiB blocks at random offsets for that long on
 /// the simulated clock, `iodepth` at a time, and stops. Method: a RAM disk with a fixed 100 us
 /// latency behind the logger; 10 ms at queue depth 4 is 100 rounds of 4 writes (the last

@@ -14,7 +14,7 @@
 //! run is not a reproduction.
 
 mod common;
-use common::{assert_same_reproduction, reproduce_smoke_twice, scratch};
+use common::{assert_same_reproduction, comparison_rows, reproduce_smoke_twice, scratch};
 
 const OUT: &str = "reproduce-results/csal-smoke";
 
@@ -36,22 +36,7 @@ fn reproduce_csal_smoke_writes_every_figure_and_is_deterministic() {
         "Fig. 18:",
         "Fig. 19:",
     ] {
-        let section = sections
-            .iter()
-            .find(|s| s.starts_with(fig))
-            .unwrap_or_else(|| panic!("no section for {fig} in:\n{doc}"));
-        let mut lines = section.lines().skip_while(|l| !l.starts_with("| comparison |"));
-        let header = lines.next().unwrap_or_else(|| panic!("{fig}: no comparison table"));
-        assert_eq!(header, "| comparison | paper | ours | ours / paper | direction | why |");
-        let rows: Vec<&str> = lines.skip(1).take_while(|l| l.starts_with('|')).collect();
-        assert!(!rows.is_empty(), "{fig}: no rows");
-        for row in rows {
-            let cells: Vec<&str> = row.split(" | ").collect();
-            assert_eq!(cells.len(), 6, "{fig}: {row}");
-            if cells[4].starts_with("**opposite**") {
-                assert!(cells[5].contains("**opposite direction**"), "{fig}: no why in {row}");
-            }
-        }
+        comparison_rows(&sections, fig, false);
     }
     let table4 = sections.iter().find(|s| s.starts_with("Table 4:")).expect("Table 4");
     for mode in ["| naive |", "| p2l |", "| checkpoint |"] {

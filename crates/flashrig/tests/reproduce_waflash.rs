@@ -14,7 +14,7 @@
 //! reproduction.
 
 mod common;
-use common::{assert_same_reproduction, reproduce_smoke_twice, scratch};
+use common::{assert_same_reproduction, comparison_rows, reproduce_smoke_twice, scratch};
 
 const OUT: &str = "reproduce-results/waflash-smoke";
 
@@ -28,27 +28,7 @@ fn reproduce_waflash_smoke_writes_every_figure_and_is_deterministic() {
     let sections: Vec<&str> = doc.split("\n## ").collect();
     for fig in ["Fig. 2:", "Fig. 8:", "Fig. 9:", "Figs. 10-13:", "Fig. 14:", "Fig. 15:", "Fig. 16:"]
     {
-        let section = sections
-            .iter()
-            .find(|s| s.starts_with(fig))
-            .unwrap_or_else(|| panic!("no section for {fig} in:\n{doc}"));
-        let mut lines = section.lines().skip_while(|l| !l.starts_with("| comparison |"));
-        let header = lines.next().unwrap_or_else(|| panic!("{fig}: no comparison table"));
-        assert_eq!(header, "| comparison | paper | ours | ours / paper | direction | why |");
-        let rows: Vec<&str> = lines.skip(1).take_while(|l| l.starts_with('|')).collect();
-        assert!(!rows.is_empty(), "{fig}: no rows");
-        for row in rows {
-            let cells: Vec<&str> = row.split(" | ").collect();
-            assert_eq!(cells.len(), 6, "{fig}: {row}");
-            let paper = cells[1];
-            assert!(
-                paper == "— (direction only)" || paper.parse::<f64>().is_ok(),
-                "{fig}: paper cell {paper:?}"
-            );
-            if cells[4].starts_with("**opposite**") {
-                assert!(cells[5].contains("**opposite direction**"), "{fig}: no why in {row}");
-            }
-        }
+        comparison_rows(&sections, fig, true);
     }
     for fig in ["Fig. 1:", "Fig. 17:"] {
         assert!(sections.iter().any(|s| s.starts_with(fig)), "no section for {fig}");

@@ -851,6 +851,13 @@ impl Config {
                         is no [replay] section"
                 .into());
         }
+        if p.trace_requests > 0 && self.replay.is_none() {
+            return Err(format!(
+                "precondition.trace_requests = {}: replays the [replay] trace as a warm-up, and \
+                 there is no [replay] section",
+                p.trace_requests
+            ));
+        }
         if p.fill && p.fill_bs.bytes() == 0 {
             return Err("precondition.fill_bs must be positive".into());
         }
@@ -1452,6 +1459,10 @@ mod tests {
         assert!(e.contains("precondition.trace_reads") && e.contains("[replay]"), "{e}");
         let ok = "[replay]\ntrace = \"t.csv\"\n[precondition]\ntrace_reads = true";
         assert!(Config::from_toml(ok, Path::new("a.toml")).unwrap().precondition.trace_reads);
+        let e = Config::from_toml("[precondition]\ntrace_requests = 10", Path::new("a.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("precondition.trace_requests = 10") && e.contains("[replay]"), "{e}");
     }
 
     #[test]

@@ -94,6 +94,11 @@ pub struct PreconditionConfig {
     /// trace reads valid before it simulates, and WAFLASH (§5.1) replays its traces on SSDSim.
     /// Needs a `[replay]` section.
     pub trace_reads: bool,
+    /// Last, replay the first this many requests of the `[replay]` trace, closed-loop with
+    /// `iodepth` in flight, unmeasured: a warm-up that brings a drive to the steady state the
+    /// trace itself leads to (a trace repeated N times, measured over its last passes, as
+    /// `flashrig reproduce womv` does). 0 = none. Needs a `[replay]` section.
+    pub trace_requests: u64,
     pub iodepth: u32,
 }
 
@@ -106,6 +111,7 @@ impl Default for PreconditionConfig {
             random_overwrite_ms: 0,
             write: Size(0),
             trace_reads: false,
+            trace_requests: 0,
             iodepth: 32,
         }
     }
@@ -118,6 +124,7 @@ impl PreconditionConfig {
             || self.random_overwrite_ms > 0
             || self.write.bytes() > 0
             || self.trace_reads
+            || self.trace_requests > 0
     }
 }
 
@@ -382,6 +389,24 @@ pub async fn precondition(
     let n = p.write.bytes().div_ceil(fb * bs);
     if n > 0 {
         writes(Access::Seq, fb, n, NO_DEADLINE, seed ^ 0x5E0).await.map_err(failed)?;
+    }
+    if let (n @ 1.., Some(r)) = (p.trace_requests, replay) {
+        let warm = ReplayConfig {
+            mode: ReplayMode::Closed,
+            iodepth: p.iodepth.max(1),
+            max_requests: Some(n),
+            ..r.clone()
+        };
+        let (outcome, _) = self::replay(dev.clone(), warm)
+            .await
+            .map_err(|e| Error::Run(format!("precondition.trace_requests: {e}")))?;
+        if outcome.errors > 0 {
+            return Err(Error::Run(format!(
+                "precondition.trace_requests: {} of the warm-up's requests failed, the first: {}",
+                outcome.errors,
+                outcome.first_error.unwrap_or_default()
+            )));
+        }
     }
     dev.flush().await.map_err(|e| Error::Run(format!("precondition flush: {e}")))?;
     Ok(())

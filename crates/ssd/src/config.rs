@@ -468,6 +468,12 @@ pub struct Womv {
     pub bit_change_percent: f64,
     /// Seed of that synthetic data.
     pub data_seed: u64,
+    /// §3.7.4's performance assumption: "increasing the logical page size to 2x and 4x ...
+    /// for WOM-v(2,4) and WOM-v(1,4)", with "the time to program 4K, 8K and 16K pages ...
+    /// the same". `true` times a coded page as one flash page of its n/k mapping units (one
+    /// parallel unit, one page time, all its bytes over the channel); `false` (default)
+    /// programs its n/k flash pages on n/k parallel units, as the media is.
+    pub wide_pages: bool,
 }
 
 impl Default for Womv {
@@ -482,6 +488,7 @@ impl Default for Womv {
             space: WomvSpace::SamePhysical,
             bit_change_percent: 50.0,
             data_seed: 1,
+            wide_pages: false,
         }
     }
 }

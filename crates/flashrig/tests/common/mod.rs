@@ -103,3 +103,33 @@ pub fn assert_same_reproduction(
         assert!(bytes == &rb[name], "{name} differs between -j 1 and -j 2");
     }
 }
+
+/// The rows of the comparison table in a reproduction document's section `fig` (the text
+/// after a `## ` heading that starts with it), after checking the table's shape: its header,
+/// at least one row, six cells a row, a why in every row whose direction is opposite, and,
+/// with `plain_numbers`, a paper cell that is a number or "— (direction only)".
+#[allow(dead_code)]
+pub fn comparison_rows<'a>(sections: &[&'a str], fig: &str, plain_numbers: bool) -> Vec<&'a str> {
+    let section = sections
+        .iter()
+        .find(|s| s.starts_with(fig))
+        .unwrap_or_else(|| panic!("no section for {fig}"));
+    let mut lines = section.lines().skip_while(|l| !l.starts_with("| comparison |"));
+    let header = lines.next().unwrap_or_else(|| panic!("{fig}: no comparison table"));
+    assert_eq!(header, "| comparison | paper | ours | ours / paper | direction | why |");
+    let rows: Vec<&str> = lines.skip(1).take_while(|l| l.starts_with('|')).collect();
+    assert!(!rows.is_empty(), "{fig}: no rows");
+    for row in &rows {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        assert_eq!(cells.len(), 6, "{fig}: {row}");
+        if cells[4].starts_with("**opposite**") {
+            assert!(cells[5].contains("**opposite direction**"), "{fig}: no why in {row}");
+        }
+        let paper = cells[1];
+        assert!(
+            !plain_numbers || paper == "— (direction only)" || paper.parse::<f64>().is_ok(),
+            "{fig}: paper cell {paper:?}"
+        );
+    }
+    rows
+}

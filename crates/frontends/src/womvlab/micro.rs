@@ -35,7 +35,7 @@ const FOOTPRINT_HIGH: u32 = USABLE_1_4 * 19 / 20;
 const _: () = assert!(FOOTPRINT < FOOTPRINT_HIGH && FOOTPRINT_HIGH < USABLE_1_4);
 
 /// Fig. 3.7b's access patterns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Pattern {
     /// "keeps updating the same data sequentially": passes over the footprint in order.
     HotS,

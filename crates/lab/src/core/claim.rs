@@ -143,6 +143,51 @@ impl<K: RunKey> Claim<K> {
     }
 }
 
+/// A paper's stated range of reductions "by best-worst%" across its workloads, as two ratio
+/// claims of ours over the baseline's (1 - x/100, so a gain is below 1): its best end against
+/// our best workload (the smallest ratio of `pairs`) and its worst end against our worst.
+pub fn reduction_range<K: RunKey>(
+    what: &str,
+    (best, worst): (f64, f64),
+    cite: &'static str,
+    pairs: Vec<(K, K)>,
+    metric: Metric,
+) -> [Claim<K>; 2] {
+    [
+        Claim::new(
+            format!("{what}: best trace"),
+            1.0 - best / 100.0,
+            Unit::Ratio,
+            cite,
+            Eval::MinRatio(pairs.clone(), metric),
+        )
+        .asserts(Direction::Below(1.0)),
+        Claim::new(
+            format!("{what}: worst trace"),
+            1.0 - worst / 100.0,
+            Unit::Ratio,
+            cite,
+            Eval::MaxRatio(pairs, metric),
+        )
+        .asserts(Direction::Below(1.0)),
+    ]
+}
+
+/// Checks a paper module's claims (for its unit tests): there are at least `min`, the paper's
+/// own number satisfies the direction each claim asserts, and every ratio asserts one.
+#[cfg(test)]
+pub fn assert_claims_consistent<K: RunKey>(all: &[Claim<K>], min: usize) {
+    assert!(all.len() >= min, "{} claims", all.len());
+    for c in all {
+        if c.has_number() {
+            assert!(c.direction.holds(c.paper), "{}: {}", c.what, c.paper);
+        }
+        if c.unit == Unit::Ratio {
+            assert!(c.direction.stated(), "{} states no direction", c.what);
+        }
+    }
+}
+
 /// `a / b`, or `None` when `b` is zero.
 pub fn ratio(a: f64, b: f64) -> Option<f64> {
     (b != 0.0).then(|| a / b)

@@ -104,7 +104,13 @@ pub fn diagnose(run: &Run) -> String {
 /// system a summary when a comparison averages over several.
 pub fn diagnose_keys<K: RunKey>(keys: &[&K], r: &Results<K>) -> Vec<String> {
     if keys.len() <= 2 {
-        return keys.iter().filter_map(|k| r.run(k)).map(diagnose).collect();
+        // A run with nothing to report (no finding after its layer's name) says nothing.
+        return keys
+            .iter()
+            .filter_map(|k| r.run(k))
+            .map(diagnose)
+            .filter(|d| !d.ends_with(": "))
+            .collect();
     }
     let mut by_system: BTreeMap<String, Vec<&Run>> = BTreeMap::new();
     for k in keys {

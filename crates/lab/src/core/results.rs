@@ -42,6 +42,8 @@ pub enum Metric {
     MeanAllLatUs,
     /// Percentiles of every request's latency.
     P95AllLatUs,
+    /// Mean latency of the reads.
+    MeanReadLatUs,
     /// Percentiles of the writes' and the reads' latencies.
     WriteP90LatUs,
     WriteP95LatUs,
@@ -130,6 +132,7 @@ pub fn metric_of(run: &Run, m: Metric) -> Option<f64> {
         }
         Metric::MeanAllLatUs => (t.latency.count > 0).then(|| t.latency.mean_ns / 1e3),
         Metric::P95AllLatUs => (t.latency.count > 0).then(|| t.latency.p95_ns as f64 / 1e3),
+        Metric::MeanReadLatUs => (t.read_latency.count > 0).then(|| t.read_latency.mean_ns / 1e3),
         Metric::WriteP90LatUs => {
             (t.write_latency.count > 0).then(|| t.write_latency.p90_ns as f64 / 1e3)
         }
@@ -193,6 +196,7 @@ pub fn fmt_metric(v: f64, m: Metric) -> String {
         | Metric::P99LatUs
         | Metric::MeanAllLatUs
         | Metric::P95AllLatUs
+        | Metric::MeanReadLatUs
         | Metric::WriteP90LatUs
         | Metric::WriteP95LatUs
         | Metric::ReadP90LatUs

@@ -218,21 +218,11 @@ impl Paper for Csal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::Unit;
 
     /// Every claim's direction holds for the paper's own number, and every ratio states one.
     #[test]
     fn the_papers_numbers_point_the_way_their_claims_say() {
-        let all = claims::all(Mode::Full);
-        assert!(all.len() >= 20, "{} claims", all.len());
-        for c in &all {
-            if c.has_number() {
-                assert!(c.direction.holds(c.paper), "{}: {}", c.what, c.paper);
-            }
-            if c.unit == Unit::Ratio {
-                assert!(c.direction.stated(), "{} states no direction", c.what);
-            }
-        }
+        crate::core::claim::assert_claims_consistent(&claims::all(Mode::Full), 20);
     }
 
     /// Every key has its own label, every system is planned in every mode, and every key a

@@ -8,7 +8,7 @@
 
 use super::experiments::{buffer_mibs, PAGE_KIB};
 use super::{at8, traces, Key, Sys, Workload};
-use crate::core::claim::Eval;
+use crate::core::claim::{reduction_range as range, Eval};
 use crate::core::results::Metric;
 use crate::core::{Claim, Direction, Mode, Results, Unit};
 
@@ -35,34 +35,6 @@ fn pairs(a: Sys, b: Sys, page_kib: u32, keep: impl Fn(&str) -> bool) -> Vec<(Key
 
 fn all_traces(_: &str) -> bool {
     true
-}
-
-/// A stated range "a-b%" of reductions over `pairs`, as two ratio claims.
-fn range(
-    what: &str,
-    (best, worst): (f64, f64),
-    cite: &'static str,
-    pairs: Vec<(Key, Key)>,
-    metric: Metric,
-) -> [Claim<Key>; 2] {
-    [
-        Claim::new(
-            format!("{what}: best trace"),
-            1.0 - best / 100.0,
-            Unit::Ratio,
-            cite,
-            Eval::MinRatio(pairs.clone(), metric),
-        )
-        .asserts(Direction::Below(1.0)),
-        Claim::new(
-            format!("{what}: worst trace"),
-            1.0 - worst / 100.0,
-            Unit::Ratio,
-            cite,
-            Eval::MaxRatio(pairs, metric),
-        )
-        .asserts(Direction::Below(1.0)),
-    ]
 }
 
 /// Fig. 2: tail latencies with 50% unaligned writes against none.

@@ -128,6 +128,8 @@ pub struct WomMap {
     /// 1/256 steps.
     rng: Xoshiro256PlusPlus,
     flip_256: u32,
+    /// §3.7.4's wide pages: a coded page is timed as one flash page of its size.
+    wide_pages: bool,
 }
 
 impl WomMap {
@@ -162,6 +164,7 @@ impl WomMap {
             data: vec![0; layout.iu_bytes as usize],
             rng: Xoshiro256PlusPlus::seed_from_u64(w.data_seed),
             flip_256: (w.bit_change_percent / 100.0 * 256.0).round() as u32,
+            wide_pages: w.wide_pages,
             seq: 1,
             counters: FtlCounters::default(),
             ops: Vec::new(),
@@ -193,9 +196,10 @@ impl WomMap {
     /// Reads a coded page's flash pages, issued at `t_ns`; returns when the last is off
     /// the channel.
     fn read_coded(&mut self, t_ns: u64, page: u32) -> u64 {
-        let bytes = self.layout.page_bytes;
+        let (pages, bytes) =
+            timed_pages(&self.layout, self.geo.slots_per_page, self.wide_pages, page);
         let mut done = t_ns;
-        for (channel, plane, ty) in flash_pages(&self.layout, self.geo.slots_per_page, page) {
+        for (channel, plane, ty) in pages {
             done = done.max(self.timer.read(t_ns, channel, plane, ty, false, bytes));
         }
         done
@@ -203,9 +207,10 @@ impl WomMap {
 
     /// Programs a coded page's flash pages, issued at `t_ns`; returns when the last is done.
     fn program_coded(&mut self, t_ns: u64, page: u32) -> u64 {
-        let bytes = self.layout.page_bytes;
+        let (pages, bytes) =
+            timed_pages(&self.layout, self.geo.slots_per_page, self.wide_pages, page);
         let mut done = t_ns;
-        for (channel, plane, ty) in flash_pages(&self.layout, self.geo.slots_per_page, page) {
+        for (channel, plane, ty) in pages {
             done = done.max(self.timer.program(t_ns, channel, plane, ty, false, bytes).done_ns);
         }
         done
@@ -289,21 +294,40 @@ impl WomMap {
     }
 }
 
-/// The flash pages of coded page `page` of an erase unit (every erase unit has the same
-/// layout over the planes; only the block differs), each as (channel, plane, page type).
-fn flash_pages(
+/// The flash operations that time coded page `page` of an erase unit (every erase unit has
+/// the same layout over the planes; only the block differs), each as (channel, plane, page
+/// type), and the bytes each moves: by default the coded page's own flash pages. With wide
+/// pages (§3.7.4: "We assume the time to program 4K, 8K and 16K pages will be the same") the
+/// coded page is one flash page of n/k times the size, as on a device whose blocks hold k/n as
+/// many pages of n/k the size: page `page` of the erase unit is on parallel unit `page` modulo
+/// the units and is page `page / units` of its block, so every unit takes the L/CL/CU/U types
+/// in turn (a block of k/n as many pages holds whole cycles when `pages_per_block` is a
+/// multiple of 4n/k), and it moves all of its bytes over the channel. Wide pages assume a
+/// mapping unit of one flash page, as `qlc-femu` has.
+fn timed_pages(
     layout: &Layout,
     slots_per_page: u32,
+    wide: bool,
     page: u32,
-) -> impl Iterator<Item = (u32, u32, usize)> + '_ {
+) -> (impl Iterator<Item = (u32, u32, usize)> + '_, u32) {
+    let (slots, bytes) = if wide {
+        (1, layout.page_bytes * slots_per_page)
+    } else {
+        (slots_per_page, layout.page_bytes)
+    };
     let first_slot = page * slots_per_page;
-    (first_slot..first_slot + slots_per_page).flat_map(move |slot| {
+    let pages = (first_slot..first_slot + slots).flat_map(move |slot| {
         let (first, n) = layout.slot_pages(slot);
         (first..first + n).map(move |p| {
-            let a = layout.page_addr(p);
+            let a = if wide {
+                layout.unit_page_addr(page % layout.planes, page / layout.planes)
+            } else {
+                layout.page_addr(p)
+            };
             (a.channel, a.plane, layout.page_type(&a, false))
         })
-    })
+    });
+    (pages, bytes)
 }
 
 /// Flips each bit of `data` with probability `p_256 / 256`: each 64-bit word's mask is built
@@ -459,7 +483,9 @@ impl Ftl for WomMap {
 
     fn plane_of(&self, lpn: u32) -> Option<u32> {
         let (_, page) = self.ftl().location(lpn)?;
-        flash_pages(&self.layout, self.geo.slots_per_page, page).next().map(|(_, plane, _)| plane)
+        let (mut pages, _) =
+            timed_pages(&self.layout, self.geo.slots_per_page, self.wide_pages, page);
+        pages.next().map(|(_, plane, _)| plane)
     }
 
     /// Each erase unit's count, for each of its blocks (one per plane).
@@ -490,6 +516,33 @@ impl Ftl for WomMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Wide pages rotate consecutive coded pages over every parallel unit and give each unit
+    /// the L/CL/CU/U types in turn, as a device with k/n as many pages per block of n/k the
+    /// size: on `qlc-femu`'s 4 planes with 16 pages per block, WOM-v(1,4)'s 16 coded pages of
+    /// an erase unit are 4 per plane, one of each type (a first version kept each coded page
+    /// at the word line of its first 4 KiB page, which gave two planes only L and CU pages and
+    /// the other two only CL and U, so half the units were slower than the mix).
+    #[test]
+    fn wide_pages_rotate_over_the_planes_and_their_page_types() {
+        let mut cfg = SsdConfig::preset("qlc-femu").unwrap();
+        cfg.geometry.blocks_per_plane = 160;
+        cfg.geometry.pages_per_block = 16;
+        let layout = Layout::new(&cfg).unwrap();
+        let mut types_per_plane = std::collections::BTreeMap::<u32, Vec<usize>>::new();
+        for page in 0..16 {
+            let (narrow, narrow_bytes) = timed_pages(&layout, 4, false, page);
+            assert_eq!((narrow.count(), narrow_bytes), (4, 4096), "four 4 KiB flash pages");
+            let (wide, wide_bytes) = timed_pages(&layout, 4, true, page);
+            let wide: Vec<_> = wide.collect();
+            assert_eq!((wide.len(), wide_bytes), (1, 4 * 4096), "one 16 KiB page");
+            types_per_plane.entry(wide[0].1).or_default().push(wide[0].2);
+        }
+        assert_eq!(types_per_plane.len(), 4, "{types_per_plane:?}");
+        for (plane, types) in &types_per_plane {
+            assert_eq!(types, &vec![0, 1, 2, 3], "plane {plane}");
+        }
+    }
 
     #[test]
     fn flipped_bits_follow_the_rate() {
