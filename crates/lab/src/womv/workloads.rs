@@ -240,6 +240,21 @@ impl Prepared {
     pub(super) fn pass_page_writes(&self) -> u64 {
         self.requests.iter().filter(|r| r.write).map(|r| pages(r).count() as u64).sum()
     }
+    /// Share of the page writes of a pass that go to its `fraction` most written pages (at
+    /// least one page): the hot share `r` of §3.7.11's model with hot fraction `f`.
+    pub(super) fn hot_share(&self, fraction: f64) -> f64 {
+        let mut counts: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+        for r in self.requests.iter().filter(|r| r.write) {
+            for page in pages(r) {
+                *counts.entry(page).or_default() += 1;
+            }
+        }
+        let mut c: Vec<u64> = counts.into_values().collect();
+        c.sort_unstable_by(|a, b| b.cmp(a));
+        let total: u64 = c.iter().sum();
+        let hot = ((c.len() as f64 * fraction).ceil() as usize).max(1).min(c.len());
+        c[..hot].iter().sum::<u64>() as f64 / total.max(1) as f64
+    }
     /// Share of the requests that read.
     pub(super) fn read_share(&self) -> f64 {
         let reads = self.requests.iter().filter(|r| !r.write).count();
