@@ -83,6 +83,10 @@ enum Command {
         /// Smaller runs, for a quick look.
         #[arg(long)]
         quick: bool,
+        /// The best vector instruction set the WOM-v page passes may use (default: the best
+        /// this CPU has), to measure what each gains.
+        #[arg(long, value_enum)]
+        simd: Option<SimdArg>,
     },
     /// Measure the host cost model's figures on this machine: parity, copy, mapping update,
     /// lock hand-off and hold, and flashrig's own submit cost (docs/cost-model.md).
@@ -743,6 +747,13 @@ enum RuntimeArg {
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum SimdArg {
+    Scalar,
+    Avx2,
+    Avx512,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
 enum BenchArg {
     Sim,
     Messages,
@@ -977,8 +988,26 @@ fn dispatch(cli: Cli) -> Result<(), Error> {
             print!("{}", cfg.to_toml());
             Ok(())
         }
-        Command::Bench { which, quick } => {
+        Command::Bench { which, quick, simd } => {
             let scale = if quick { 10 } else { 1 };
+            {
+                use flashrig_ssd::firmware::womv::simd::{self, Isa};
+                let limit = match simd {
+                    None | Some(SimdArg::Avx512) => Isa::Avx512Vbmi,
+                    Some(SimdArg::Avx2) => Isa::Avx2,
+                    Some(SimdArg::Scalar) => Isa::Scalar,
+                };
+                // The benchmarks run on this thread (the simulated runtime included).
+                simd::set_limit(limit);
+                if simd.is_some() && simd::best() < limit {
+                    eprintln!(
+                        "note: --simd asked for {limit:?}, but this CPU's best is {:?}: \
+                         the WOM-v passes use that",
+                        simd::best()
+                    );
+                }
+                eprintln!("WOM-v page passes: {:?}", simd::isa());
+            }
             let mut results = Vec::new();
             if which == BenchArg::Sim || which == BenchArg::All {
                 // 1,000 pending timers is a busy simulated array; 10,000 stresses the queue.

@@ -590,12 +590,19 @@ impl WomFtl {
     }
 
     fn erase(&mut self, eu: u32) {
-        let config = &self.config;
         let unit = &mut self.units[eu as usize];
         // Erasing valid pages would lose data silently: stop instead.
         assert_eq!(unit.valid_pages, 0, "erase unit {eu} erased with valid pages");
         for p in &mut unit.pages {
-            *p = Self::erased_page(config);
+            // A coded page keeps its cells' memory through the erase (`CodedPage::erase`):
+            // freeing it and allocating it again at the next write cost more than the write.
+            match &mut p.cells {
+                Cells::Coded(c) => c.erase(),
+                Cells::Plain(data) => *data = None,
+            }
+            p.oob = None;
+            p.meta.clear();
+            p.valid = false;
         }
         unit.erase_count += 1;
         unit.generation = 0;

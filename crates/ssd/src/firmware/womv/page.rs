@@ -58,10 +58,13 @@ pub enum WriteRefused {
 }
 
 /// The cells of one coded page.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct CodedPage {
-    /// One level per cell; empty while the page is erased (an erased device of millions of
-    /// pages holds no cells in memory until they are written).
+    /// One level per cell, meaningful only once the page has been written since its erase
+    /// (`cycles > 0`): an erased page's cells are all at level 0 whatever this holds. It is
+    /// empty until the page's first write (an erased device of millions of pages holds no
+    /// cells in memory until they are written), and an erase keeps it as it is (zeroing
+    /// 16,384 cells at every erase cost as much as a write's pass).
     levels: Vec<u8>,
     cells: u32,
     /// What the ECC recovers: (cell, symbol) of each EINVAL cell, in cell order.
@@ -73,6 +76,21 @@ pub struct CodedPage {
     /// written, since an erased page is within GEN_MAX).
     at_risk: u32,
 }
+
+/// Two pages are equal when their cells read the same (an erased page's stale buffer is not
+/// part of its state) and so does what the ECC recovers and the write-cycle bookkeeping.
+impl PartialEq for CodedPage {
+    fn eq(&self, other: &CodedPage) -> bool {
+        self.cells == other.cells
+            && self.cycles == other.cycles
+            && self.generation == other.generation
+            && self.at_risk == other.at_risk
+            && self.recovered == other.recovered
+            && self.levels() == other.levels()
+    }
+}
+
+impl Eq for CodedPage {}
 
 /// A transition-table entry for a cell that cannot take its symbol.
 const EINVAL: u8 = u8::MAX;
@@ -101,9 +119,11 @@ impl Transitions {
     }
 }
 
-/// A pass over the cells of a write: fills `new` from `old` and the data, returns the cells
-/// raised and the cells at risk after the write, counted in the same pass.
-type PassFn = fn(&[u8], &mut [u8], &[u8], &Transitions, &mut Vec<(u32, u8)>) -> (u32, u32);
+/// A pass over the cells of a write: fills `new` from `old` and the data, and counts, in the
+/// same pass, the cells raised, the cells at risk after the write, and whether any cell
+/// would fall (the medium's invariant, checked cell by cell on every program).
+type PassFn = fn(&[u8], &mut [u8], &[u8], &Transitions, &mut Vec<(u32, u8)>) -> PassCounts;
+use super::simd::PassCounts;
 
 /// The pass for K data bits per cell, K dividing 8: a byte holds 8/K whole symbols, and the
 /// inner loop unrolls.
@@ -113,32 +133,33 @@ fn pass_whole_bytes<const K: usize>(
     data: &[u8],
     t: &Transitions,
     recovered: &mut Vec<(u32, u8)>,
-) -> (u32, u32) {
+) -> PassCounts {
     let per = 8 / K;
     let mask = ((1u16 << K) - 1) as u8;
-    let (mut raised, mut at_risk) = (0u32, 0u32);
+    let mut c = PassCounts::default();
     let cells = old.chunks_exact(per).zip(new.chunks_exact_mut(per));
     for (b, (&byte, (old, new))) in data.iter().zip(cells).enumerate() {
         for j in 0..per {
             let level = t.step(b * per + j, old[j], (byte >> (j * K)) & mask, recovered);
             new[j] = level;
-            raised += (level != old[j]) as u32;
-            at_risk += (t.risk_mask >> (level & 31)) & 1;
+            c.raised += (level != old[j]) as u32;
+            c.at_risk += (t.risk_mask >> (level & 31)) & 1;
+            c.fell |= level < old[j];
         }
     }
-    (raised, at_risk)
+    c
 }
 
-/// The pass for K data bits per cell, K dividing 8: whole groups of 32 cells vectorized
-/// where the CPU can (`super::simd`), the rest by [`pass_whole_bytes`], so a group with an
-/// EINVAL cell and the cells past the last group get the scalar pass's exact accounting.
+/// The pass for K data bits per cell: whole groups of cells vectorized where the CPU can
+/// (`super::simd`), the cells past the last group by the scalar pass ([`pass_whole_bytes`]
+/// where K divides 8, [`pass_any_width`] otherwise).
 fn pass_fast<const K: usize>(
     old: &[u8],
     new: &mut [u8],
     data: &[u8],
     t: &Transitions,
     recovered: &mut Vec<(u32, u8)>,
-) -> (u32, u32) {
+) -> PassCounts {
     let values = 1usize << K;
     let mut tables = [[EINVAL; 16]; 16];
     for (d, table) in tables.iter_mut().enumerate().take(values) {
@@ -150,19 +171,23 @@ fn pass_fast<const K: usize>(
     for (level, r) in risk.iter_mut().enumerate() {
         *r = if t.risk_mask >> level & 1 == 1 { 0x80 } else { 0 };
     }
-    let Some((done, raised, at_risk)) =
-        super::simd::pass::<K>(old, new, data, &tables[..values], &risk)
-    else {
-        return pass_whole_bytes::<K>(old, new, data, t, recovered);
+    let scalar: PassFn = if 8 % K == 0 { pass_whole_bytes::<K> } else { pass_any_width };
+    let tables = super::simd::PassTables { tables: &tables[..values], risk: &risk, v_max: t.v_max };
+    let Some((done, c)) = super::simd::pass::<K>(old, new, data, &tables, recovered) else {
+        return scalar(old, new, data, t, recovered);
     };
-    // The scalar pass numbers cells from its slices' start: shift its EINVAL records.
+    // The scalar pass numbers cells from its slices' start: shift its EINVAL records. (A
+    // group's symbols fill whole bytes, so the rest of the data starts at a byte.)
     let first = recovered.len();
-    let (r2, a2) =
-        pass_whole_bytes::<K>(&old[done..], &mut new[done..], &data[done * K / 8..], t, recovered);
+    let rest = scalar(&old[done..], &mut new[done..], &data[done * K / 8..], t, recovered);
     for rec in &mut recovered[first..] {
         rec.0 += done as u32;
     }
-    (raised + r2, at_risk + a2)
+    PassCounts {
+        raised: c.raised + rest.raised,
+        at_risk: c.at_risk + rest.at_risk,
+        fell: c.fell | rest.fell,
+    }
 }
 
 /// The pass for any width (symbols may straddle bytes, as with 3 data bits per cell).
@@ -172,26 +197,23 @@ fn pass_any_width(
     data: &[u8],
     t: &Transitions,
     recovered: &mut Vec<(u32, u8)>,
-) -> (u32, u32) {
-    let (mut raised, mut at_risk) = (0u32, 0u32);
+) -> PassCounts {
+    let mut c = PassCounts::default();
     for (i, (&from, to)) in old.iter().zip(new.iter_mut()).enumerate() {
         let level = t.step(i, from, symbol(data, t.data_bits, i), recovered);
         *to = level;
-        raised += (level != from) as u32;
-        at_risk += (t.risk_mask >> (level & 31)) & 1;
+        c.raised += (level != from) as u32;
+        c.at_risk += (t.risk_mask >> (level & 31)) & 1;
+        c.fell |= level < from;
     }
-    (raised, at_risk)
+    c
 }
 
 thread_local! {
     /// The new levels of the write being computed (see [`CodedPage::write`]).
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// Tests set it to run the scalar pass alone, to compare the two.
-    static SCALAR_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-fn scalar_only() -> bool {
-    SCALAR_ONLY.with(|s| s.get())
+    /// Zeros: the old levels of a page written for the first time since its erase.
+    static ZEROS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Cells needed for `bytes` of data under a code of `data_bits` per cell.
@@ -231,7 +253,7 @@ impl CodedPage {
 
     /// The level of every cell (all 0 while erased).
     pub fn levels(&self) -> std::borrow::Cow<'_, [u8]> {
-        if self.levels.is_empty() {
+        if self.cycles == 0 {
             std::borrow::Cow::Owned(vec![0; self.cells as usize])
         } else {
             std::borrow::Cow::Borrowed(&self.levels)
@@ -275,9 +297,8 @@ impl CodedPage {
 
     /// Erases the page: every cell back to level 0.
     pub fn erase(&mut self) {
-        // A page written once keeps its cells' memory (freeing and zeroing it again at the
-        // next write cost more than the write's pass).
-        self.levels.fill(0);
+        // A page written once keeps its cells' memory, unchanged: with no write cycle since
+        // the erase they read as level 0 (see `levels`), so the erase costs nothing per cell.
         self.recovered.clear();
         self.cycles = 0;
         self.generation = 0;
@@ -297,9 +318,6 @@ impl CodedPage {
         let needed = cells_for(data.len(), k);
         if needed != self.cells as usize {
             return Err(WriteRefused::Size { bytes: data.len(), needed, cells: self.cells() });
-        }
-        if self.levels.is_empty() {
-            self.levels = vec![0; needed];
         }
         let cycle = self.cycles + 1;
         // Past GEN_MAX V_MAX means EINVAL; NR mode writes whole generations, each of which
@@ -337,35 +355,47 @@ impl CodedPage {
         // more than the pass (the allocator zeroing new memory).
         let mut new_levels = SCRATCH.with(|s| s.take());
         new_levels.resize(cells, 0);
+        // The old levels: the page's, or zeros for its first write since the erase.
+        let mut zeros = Vec::new();
+        let old: &[u8] = if self.cycles == 0 {
+            zeros = ZEROS.with(|z| z.take());
+            if zeros.len() < cells {
+                zeros.resize(cells, 0);
+            }
+            &zeros[..cells]
+        } else {
+            &self.levels
+        };
         let mut recovered = Vec::new();
         let t = Transitions { lut, data_bits: k, v_max, risk_mask: code.risky_level_mask() };
-        let pass: PassFn = match (k, scalar_only()) {
-            (1, false) => pass_fast::<1>,
-            (2, false) => pass_fast::<2>,
-            (4, false) => pass_fast::<4>,
-            (1, true) => pass_whole_bytes::<1>,
-            (2, true) => pass_whole_bytes::<2>,
-            (4, true) => pass_whole_bytes::<4>,
-            _ => pass_any_width,
+        // Vectorized where the CPU can, the scalar pass otherwise (`pass_fast`).
+        let pass: PassFn = match k {
+            1 => pass_fast::<1>,
+            2 => pass_fast::<2>,
+            3 => pass_fast::<3>,
+            _ => pass_fast::<4>,
         };
-        let (cells_raised, at_risk) = pass(&self.levels, &mut new_levels, data, &t, &mut recovered);
-        // The medium's invariant, checked on every program (a whole-page comparison the
-        // compiler vectorizes; the cell is looked for only when it fails).
-        let decreased = self.levels.iter().zip(&new_levels).fold(false, |f, (o, n)| f | (n < o));
-        let refused = if decreased {
-            let i = self.levels.iter().zip(&new_levels).position(|(o, n)| n < o).unwrap_or(0);
-            Some(WriteRefused::LevelDecrease {
-                cell: i as u32,
-                from: self.levels[i],
-                to: new_levels[i],
-            })
+        let counts = pass(old, &mut new_levels, data, &t, &mut recovered);
+        let (cells_raised, at_risk) = (counts.raised, counts.at_risk);
+        // The medium's invariant, checked cell by cell by the pass; the cell is looked for
+        // only when it fails.
+        let refused = if counts.fell {
+            let i = old.iter().zip(&new_levels).position(|(o, n)| n < o).unwrap_or(0);
+            Some(WriteRefused::LevelDecrease { cell: i as u32, from: old[i], to: new_levels[i] })
         } else if recovered.len() as u32 > ecc_budget_cells {
             let einval_cells = recovered.len() as u32;
             Some(WriteRefused::EccBudget { einval_cells, budget_cells: ecc_budget_cells })
         } else {
-            self.levels.copy_from_slice(&new_levels);
             None
         };
+        if !zeros.is_empty() {
+            ZEROS.with(|z| z.replace(zeros));
+        }
+        if refused.is_none() {
+            // The new levels become the page's, and its old buffer the next write's scratch
+            // (swapping them copies nothing).
+            std::mem::swap(&mut self.levels, &mut new_levels);
+        }
         SCRATCH.with(|s| s.replace(new_levels));
         if let Some(e) = refused {
             return Err(e);
@@ -400,7 +430,7 @@ impl CodedPage {
             *p = dec[i & 15] as u16 | (dec[i >> 4] as u16) << k;
         }
         let zeros;
-        let levels: &[u8] = if self.levels.is_empty() {
+        let levels: &[u8] = if self.cycles == 0 {
             zeros = vec![0u8; self.cells as usize];
             &zeros
         } else {
@@ -409,15 +439,8 @@ impl CodedPage {
         match k {
             1 => unpack_fast::<1>(levels, &dec, &pairs, out),
             2 => unpack_fast::<2>(levels, &dec, &pairs, out),
-            4 => unpack_fast::<4>(levels, &dec, &pairs, out),
-            _ => {
-                // Symbols straddle bytes: set bit by bit over zeros (the widths above write
-                // every byte whole).
-                out.fill(0);
-                for (i, &level) in levels.iter().enumerate() {
-                    set_symbol(out, k, i, dec[level as usize & 15]);
-                }
-            }
+            3 => unpack_fast::<3>(levels, &dec, &pairs, out),
+            _ => unpack_fast::<4>(levels, &dec, &pairs, out),
         }
         for &(cell, d) in &self.recovered {
             set_symbol(out, k, cell as usize, d);
@@ -425,14 +448,20 @@ impl CodedPage {
     }
 }
 
-/// Decodes whole groups of 32 cells vectorized where the CPU can (`super::simd`), the rest
-/// two at a time.
+/// Decodes whole groups of cells vectorized where the CPU can (`super::simd`), the rest two
+/// at a time where K divides 8, or bit by bit where symbols straddle bytes.
 fn unpack_fast<const K: usize>(levels: &[u8], dec: &[u8; 16], pairs: &[u16; 256], out: &mut [u8]) {
-    let done = match scalar_only() {
-        true => 0,
-        false => super::simd::unpack::<K>(levels, dec, out).unwrap_or(0),
-    };
-    unpack_whole_bytes::<K>(&levels[done..], pairs, &mut out[done * K / 8..]);
+    let done = super::simd::unpack::<K>(levels, dec, out).unwrap_or(0);
+    let (levels, out) = (&levels[done..], &mut out[done * K / 8..]);
+    if 8 % K == 0 {
+        unpack_whole_bytes::<K>(levels, pairs, out);
+    } else {
+        // Set bit by bit over zeros (the widths dividing 8 write every byte whole).
+        out.fill(0);
+        for (i, &level) in levels.iter().enumerate() {
+            set_symbol(out, K as u8, i, dec[level as usize & 15]);
+        }
+    }
 }
 
 /// Decodes cells two at a time (`pairs[l0 | l1 << 4]` is their two symbols) into whole
@@ -483,30 +512,85 @@ mod tests {
         }
     }
 
+    /// The invariant check inside every pass: a transition table that lowers one level (a
+    /// broken code) is caught wherever the lowered cell lies, in a vector group or in the
+    /// scalar tail, with every instruction set this CPU has, and a page whose cells never
+    /// fall passes.
+    #[test]
+    fn every_pass_catches_a_falling_cell() {
+        use super::super::simd::{self, Isa};
+        let isas = [Isa::Scalar, Isa::Avx2, Isa::Avx512Vbmi];
+        for isa in isas.into_iter().filter(|&i| i <= simd::best()) {
+            simd::set_limit(isa);
+            for k in [1u8, 2, 3, 4] {
+                let bytes = 4157;
+                let cells = cells_for(bytes, k);
+                // Every (level, symbol) keeps its level, except level 7, which falls to 6.
+                let mut lut = [EINVAL; 256];
+                for level in 0..16usize {
+                    for d in 0..1usize << k {
+                        lut[(level << k | d) & 0xff] = if level == 7 { 6 } else { level as u8 };
+                    }
+                }
+                let t = Transitions { lut, data_bits: k, v_max: 15, risk_mask: 0 };
+                let pass: PassFn = match k {
+                    1 => pass_fast::<1>,
+                    2 => pass_fast::<2>,
+                    3 => pass_fast::<3>,
+                    _ => pass_fast::<4>,
+                };
+                let data = vec![0x5au8; bytes];
+                for at in [None, Some(100), Some(cells - 1)] {
+                    let mut old: Vec<u8> = (0..cells).map(|i| [3, 9, 12][i % 3]).collect();
+                    if let Some(i) = at {
+                        old[i] = 7;
+                    }
+                    let mut new = vec![0u8; cells];
+                    let c = pass(&old, &mut new, &data, &t, &mut Vec::new());
+                    assert_eq!(c.fell, at.is_some(), "k = {k}, cell {at:?}, {isa:?}");
+                    // (A fallen cell counts as changed.)
+                    assert_eq!(c.raised, at.is_some() as u32, "k = {k}, cell {at:?}, {isa:?}");
+                }
+            }
+        }
+        simd::set_limit(Isa::Avx512Vbmi);
+    }
+
     /// The write pass against a plain per-cell reference built from the code's public
     /// transitions: the same levels, EINVAL cells with their symbols, cells raised and cells
-    /// at risk, for every width (k = 3 with a padded last cell), in both modes, through
-    /// cycles past GEN_MAX. Seeded; the seed is in every message.
+    /// at risk, for every width (k = 3 with a padded last cell) and a code of fewer than 16
+    /// levels, in both modes, through cycles past GEN_MAX, with every instruction set this
+    /// CPU has (`super::super::simd`: scalar, AVX2, AVX-512 VBMI; the ones it lacks are named
+    /// on stderr). Seeded; the seed is in every message.
     #[test]
     fn the_write_pass_matches_a_per_cell_reference() {
+        use super::super::simd::{self, Isa};
         use rand_core::{Rng, SeedableRng};
-        let spec = |k: u8| crate::firmware::womv::WomCodeSpec {
-            name: format!("mod({k},4)"),
+        let spec = |k: u8, n: u8| crate::firmware::womv::WomCodeSpec {
+            name: format!("mod({k},{n})"),
             data_bits: k,
-            level_bits: 4,
-            decode: (0..16).map(|l| (l % (1 << k)) as i16).collect(),
+            level_bits: n,
+            decode: (0..1 << n).map(|l| (l % (1 << k)) as i16).collect(),
         };
         let mut codes: Vec<WomCode> =
             WomCode::BUILTIN.iter().map(|n| WomCode::builtin(n).unwrap()).collect();
-        codes.push(WomCode::new(&spec(4)).unwrap());
-        for (seed, scalar) in (0..4u64).flat_map(|s| [(s, false), (s, true)]) {
-            SCALAR_ONLY.with(|c| c.set(scalar));
+        codes.push(WomCode::new(&spec(4, 4)).unwrap());
+        codes.push(WomCode::new(&spec(2, 3)).unwrap());
+        let isas: Vec<Isa> = [Isa::Scalar, Isa::Avx2, Isa::Avx512Vbmi]
+            .into_iter()
+            .filter(|&i| i <= simd::best())
+            .collect();
+        if simd::best() < Isa::Avx512Vbmi {
+            eprintln!("this CPU has no {:?}: only {isas:?} compared", Isa::Avx512Vbmi);
+        }
+        for (seed, isa) in (0..4u64).flat_map(|s| isas.iter().map(move |&i| (s, i))) {
+            simd::set_limit(isa);
             for code in &codes {
                 let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
                 let k = code.data_bits();
-                // Odd, so k = 3 leaves a padded last cell; several groups of 32 cells and a
-                // tail for the vectorized pass, and with seeds 2 and 3 more than the 255
-                // groups after which it sums its per-lane counts.
+                // Odd, so k = 3 leaves a padded last cell; several groups of 32 and 64 cells
+                // and a tail for the vectorized passes, and with seeds 2 and 3 more than the
+                // 255 groups after which the AVX2 pass sums its per-lane counts.
                 let bytes = if seed < 2 { 61 } else { 4157 };
                 let cells = cells_for(bytes, k);
                 let mut page = CodedPage::erased(cells);
@@ -542,8 +626,7 @@ mod tests {
                         risky += code.at_risk(to) as u32;
                         want.push(to);
                     }
-                    let what =
-                        format!("{} seed {seed} cycle {cycle} scalar only {scalar}", code.name());
+                    let what = format!("{} seed {seed} cycle {cycle} {isa:?}", code.name());
                     let report = page.write(code, &data, mode, u32::MAX).expect(&what);
                     assert_eq!(page.levels(), &want[..], "{what}");
                     assert_eq!(page.recovered, einval, "{what}");
@@ -554,7 +637,7 @@ mod tests {
                     page.read(code, &mut back);
                     assert_eq!(back, data, "{what}: read back");
                     // The at-risk mask is the definition's, level by level.
-                    for l in 0..16u8 {
+                    for l in 0..code.levels() as u8 {
                         let def =
                             (0..code.data_values()).any(|d| code.encode(l, d, true).is_none());
                         assert_eq!(code.at_risk(l), def, "{what}: level {l}");

@@ -1,55 +1,155 @@
-//! The write pass of a coded page 32 cells at a time with AVX2: each cell's new level is a
-//! 16-entry table lookup per symbol value (`vpshufb` looks up 32 cells at once), selected by
-//! the cell's symbol. The scalar pass of `page.rs` does one table lookup per cell; this one
-//! is several times faster (docs/benchmarks.md, "The WOM-v SSD"), which the WOM-v SSD's
-//! simulation speed needs. The scalar pass stays the reference: it runs where AVX2 is
-//! missing, for widths that do not divide 8, for the cells past the last whole group of 32,
-//! and for any group where a cell cannot take its symbol (EINVAL, beyond GEN_MAX), since only
-//! the scalar pass records which cells those are. `page.rs`'s tests compare both passes with
-//! a per-cell reference.
+//! The write pass and the decode of a coded page, vectorized. Two instruction sets, the best
+//! the CPU has chosen at run time:
+//!
+//! - **AVX-512 VBMI** (64 cells at a time, any width k from 1 to 4): a cell's symbol and its
+//!   level form one index, `symbol << 4 | level`, and the new level is one byte permute
+//!   (`vpermb`, or `vpermi2b` over 128 entries for k = 3 and two of them for k = 4) into the
+//!   transition table; symbols are cut out of the data by `vpmultishiftqb`, and the decode
+//!   packs symbols back into bytes by multiply-adds and one more permute.
+//! - **AVX2** (32 cells at a time, k dividing 8): each cell's new level is a 16-entry table
+//!   lookup per symbol value (`vpshufb`), selected by the cell's symbol.
+//!
+//! The scalar pass of `page.rs` does one table lookup per cell; the vector passes are several
+//! times faster (docs/benchmarks.md, "The WOM-v SSD"), which the WOM-v SSD's simulation
+//! speed needs. A cell that cannot take its symbol (EINVAL, beyond GEN_MAX) is rare: the
+//! vector passes raise it to V_MAX like the others and record it, with its symbol, one by one
+//! from the group's mask. The scalar pass stays the reference: it runs where neither
+//! instruction set is present and for the cells past the last whole group. `page.rs`'s tests
+//! compare every pass the CPU has with a per-cell reference.
 
-/// A group of 32 cells: how many were done, the cells raised and the cells at risk.
-pub(super) type Done = (usize, u32, u32);
+/// The instruction sets the passes use, in order of preference (last is best).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    Scalar,
+    Avx2,
+    Avx512Vbmi,
+}
 
-/// Runs the pass over the whole groups of 32 cells it can take, from the first cell, and
-/// stops at the first group holding a cell that cannot take its symbol. `tables[d][level]`
-/// is the new level of a cell at `level` given symbol `d` (`0xFF`: it cannot take it);
-/// `risk[level]` has bit 7 set for levels at risk. Returns `None` when AVX2 is missing.
+thread_local! {
+    /// The best instruction set a pass may use on this thread: tests lower it to compare the
+    /// passes, benchmarks to measure what each gains.
+    static LIMIT: std::cell::Cell<Isa> = const { std::cell::Cell::new(Isa::Avx512Vbmi) };
+}
+
+/// The best instruction set this CPU has for the passes.
+pub fn best() -> Isa {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vbmi")
+        {
+            return Isa::Avx512Vbmi;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return Isa::Avx2;
+        }
+    }
+    Isa::Scalar
+}
+
+/// The instruction set the passes use on this thread: the CPU's best, at most the limit.
+pub fn isa() -> Isa {
+    best().min(LIMIT.with(|l| l.get()))
+}
+
+/// Limits the passes on this thread to `limit` (and below); returns the previous limit.
+pub fn set_limit(limit: Isa) -> Isa {
+    LIMIT.with(|l| l.replace(limit))
+}
+
+/// What a pass counted over its cells.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct PassCounts {
+    /// Cells whose level rose.
+    pub raised: u32,
+    /// Cells at a level at risk after the write.
+    pub at_risk: u32,
+    /// Whether some cell's new level is below its old one (the medium forbids it).
+    pub fell: bool,
+}
+
+/// The cells a vector pass did (from the first) and what it counted over them.
+pub(super) type Done = (usize, PassCounts);
+
+/// What a vector pass needs besides the cells and the data: `tables[d][level]` is the new
+/// level of a cell at `level` given symbol `d` (`0xFF`: it cannot take it, EINVAL);
+/// `risk[level]` has bit 7 set for levels at risk; an EINVAL cell is raised to `v_max`.
+pub(super) struct PassTables<'a> {
+    pub tables: &'a [[u8; 16]],
+    pub risk: &'a [u8; 16],
+    pub v_max: u8,
+}
+
+/// Runs the pass over the whole groups of cells there are, from the first cell; EINVAL cells
+/// go to V_MAX and, in cell order, with their symbols, to `recovered`. Returns `None` when
+/// the CPU has no vector pass for K.
 pub(super) fn pass<const K: usize>(
     old: &[u8],
     new: &mut [u8],
     data: &[u8],
-    tables: &[[u8; 16]],
-    risk: &[u8; 16],
+    t: &PassTables,
+    recovered: &mut Vec<(u32, u8)>,
 ) -> Option<Done> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: AVX2 was detected just above.
-            return Some(unsafe { avx2::pass::<K>(old, new, data, tables, risk) });
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vbmi => {
+            // SAFETY: `isa()` found AVX-512 F, BW and VBMI on this CPU.
+            Some(unsafe { avx512::pass::<K>(old, new, data, t, recovered) })
         }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 if 8 % K == 0 => {
+            // SAFETY: `isa()` found AVX2 on this CPU.
+            Some(unsafe { avx2::pass::<K>(old, new, data, t, recovered) })
+        }
+        _ => None,
     }
-    let _ = (old, new, data, tables, risk);
-    None
 }
 
-/// Decodes whole groups of 32 cells into `out` (`dec[level]` is a level's symbol), from the
-/// first cell; returns the cells done (`None`: no AVX2). Cells the ECC recovers are the
-/// caller's to patch.
+/// The K-bit symbol of cell `cell` in `data` (bits past its end read as 0).
+fn symbol_of<const K: usize>(data: &[u8], cell: usize) -> u8 {
+    let bit = cell * K;
+    let byte = |i: usize| data.get(i).copied().unwrap_or(0) as u16;
+    let two = byte(bit / 8) | byte(bit / 8 + 1) << 8;
+    ((two >> (bit % 8)) & ((1 << K) - 1)) as u8
+}
+
+/// Records the EINVAL cells of a group (bit c of `mask`: cell `first + c`), in cell order.
+#[cold]
+fn record_einval<const K: usize>(
+    mut mask: u64,
+    first: usize,
+    data: &[u8],
+    recovered: &mut Vec<(u32, u8)>,
+) {
+    while mask != 0 {
+        let cell = first + mask.trailing_zeros() as usize;
+        recovered.push((cell as u32, symbol_of::<K>(data, cell)));
+        mask &= mask - 1;
+    }
+}
+
+/// Decodes whole groups of cells into `out` (`dec[level]` is a level's symbol), from the
+/// first cell; returns the cells done (`None`: no vector decode for K on this CPU). Cells the
+/// ECC recovers are the caller's to patch.
 pub(super) fn unpack<const K: usize>(
     levels: &[u8],
     dec: &[u8; 16],
     out: &mut [u8],
 ) -> Option<usize> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: AVX2 was detected just above.
-            return Some(unsafe { avx2::unpack::<K>(levels, dec, out) });
+    match isa() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vbmi => {
+            // SAFETY: `isa()` found AVX-512 F, BW and VBMI on this CPU.
+            Some(unsafe { avx512::unpack::<K>(levels, dec, out) })
         }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 if 8 % K == 0 => {
+            // SAFETY: `isa()` found AVX2 on this CPU.
+            Some(unsafe { avx2::unpack::<K>(levels, dec, out) })
+        }
+        _ => None,
     }
-    let _ = (levels, dec, out);
-    None
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -63,10 +163,14 @@ mod avx2 {
         old: &[u8],
         new: &mut [u8],
         data: &[u8],
-        tables: &[[u8; 16]],
-        risk: &[u8; 16],
+        t: &super::PassTables,
+        recovered: &mut Vec<(u32, u8)>,
     ) -> super::Done {
-        const { assert!(K == 1 || K == 2 || K == 4) };
+        let (tables, risk) = (t.tables, t.risk);
+        // Symbols straddle bytes unless K divides 8: the dispatcher never calls this then.
+        if 8 % K != 0 {
+            return (0, super::PassCounts::default());
+        }
         let per = 8 / K;
         let bytes_per_group = 32 * K / 8;
         let groups = (old.len().min(new.len()) / 32).min(data.len() / bytes_per_group);
@@ -103,7 +207,9 @@ mod avx2 {
         // SAFETY: reads the 16 bytes of `risk`.
         let risk = _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(risk.as_ptr().cast()) });
         let einval = _mm256_set1_epi8(-1);
+        let v_max = _mm256_set1_epi8(t.v_max as i8);
         let zero = _mm256_setzero_si256();
+        let mut fell = zero;
         // Cells left unchanged and cells at risk, counted per byte lane and summed into 64-bit
         // lanes every 255 groups (before a byte lane could overflow).
         let (mut same8, mut risky8) = (zero, zero);
@@ -123,7 +229,6 @@ mod avx2 {
             unsafe { _mm256_storeu_si256(l.as_mut_ptr().cast(), v) };
             l.iter().sum::<u64>() as u32
         };
-        let mut done = groups;
         for g in 0..groups {
             if g % 255 == 0 {
                 sum(&mut same8, &mut risky8, &mut same64, &mut risky64);
@@ -151,18 +256,30 @@ mod avx2 {
                     _mm256_and_si256(selected, _mm256_shuffle_epi8(lookups[v], o)),
                 );
             }
-            if _mm256_movemask_epi8(_mm256_cmpeq_epi8(n, einval)) != 0 {
-                done = g;
-                break;
+            let einval_cells = _mm256_movemask_epi8(_mm256_cmpeq_epi8(n, einval)) as u32;
+            if einval_cells != 0 {
+                super::record_einval::<K>(einval_cells as u64, g * 32, data, recovered);
+                // Every other level is at most V_MAX.
+                n = _mm256_min_epu8(n, v_max);
             }
+            // A cell fell where the larger of its levels is not the new one.
+            fell = _mm256_or_si256(
+                fell,
+                _mm256_xor_si256(_mm256_cmpeq_epi8(_mm256_max_epu8(n, o), n), einval),
+            );
             same8 = _mm256_sub_epi8(same8, _mm256_cmpeq_epi8(n, o));
             risky8 = _mm256_add_epi8(risky8, _mm256_shuffle_epi8(risk, n));
             // SAFETY: as for the load above.
             unsafe { _mm256_storeu_si256(new.as_mut_ptr().add(g * 32).cast(), n) };
         }
         sum(&mut same8, &mut risky8, &mut same64, &mut risky64);
-        let cells = done * 32;
-        (cells, cells as u32 - total(same64), total(risky64))
+        let cells = groups * 32;
+        let counts = super::PassCounts {
+            raised: cells as u32 - total(same64),
+            at_risk: total(risky64),
+            fell: _mm256_testz_si256(fell, fell) == 0,
+        };
+        (cells, counts)
     }
 
     /// # Safety
@@ -173,7 +290,9 @@ mod avx2 {
         dec: &[u8; 16],
         out: &mut [u8],
     ) -> usize {
-        const { assert!(K == 1 || K == 2 || K == 4) };
+        if 8 % K != 0 {
+            return 0;
+        }
         let bytes_per_group = 32 * K / 8;
         let groups = (levels.len() / 32).min(out.len() / bytes_per_group);
         // SAFETY: reads the 16 bytes of `dec`.
@@ -212,5 +331,157 @@ mod avx2 {
             }
         }
         groups * 32
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// Loads the 64 bytes at `p`.
+    ///
+    /// # Safety
+    /// `p` points to 64 readable bytes and the CPU supports AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load64(p: *const u8) -> __m512i {
+        // SAFETY: the caller's.
+        unsafe { _mm512_loadu_si512(p.cast()) }
+    }
+
+    /// How far ahead of a group its cells are asked for (`prefetch`): a page's cells lie
+    /// in DRAM, long unread, and the hardware prefetcher stops at every 4 KiB boundary.
+    const PREFETCH_BYTES: usize = 1024;
+
+    /// Asks for the cache line `PREFETCH_BYTES` past `p` (a hint: it never faults, and an
+    /// address past the slice's end is never dereferenced).
+    #[inline(always)]
+    fn prefetch(p: *const u8) {
+        // SAFETY: a prefetch reads nothing the program sees and cannot fault.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_BYTES).cast()) }
+    }
+
+    /// # Safety
+    /// The CPU supports AVX-512 F, BW and VBMI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,popcnt")]
+    pub(super) unsafe fn pass<const K: usize>(
+        old: &[u8],
+        new: &mut [u8],
+        data: &[u8],
+        t: &super::PassTables,
+        recovered: &mut Vec<(u32, u8)>,
+    ) -> super::Done {
+        let (tables, risk) = (t.tables, t.risk);
+        // A group is 64 cells, 8 per 64-bit lane; their symbols are 8K bits, K bytes per lane.
+        let bytes_per_group = 8 * K;
+        let groups = (old.len().min(new.len()) / 64).min(data.len() / bytes_per_group);
+        // The transition of (symbol d, level l) at `d << 4 | l`: 2^(K+4) entries, in up to
+        // four 64-byte tables.
+        let mut lut = [0xFFu8; 256];
+        for (d, table) in tables.iter().enumerate().take(1 << K) {
+            lut[d << 4..(d << 4) + 16].copy_from_slice(table);
+        }
+        // SAFETY: each reads 64 bytes inside `lut`.
+        let lut: [__m512i; 4] = std::array::from_fn(|i| unsafe { load64(lut[64 * i..].as_ptr()) });
+        // Lane q of the data vector gets the group's data bytes Kq .. Kq + 7 (the ones past
+        // the group repeat its last byte and are never used), so cell j of lane q finds its
+        // symbol at bit Kj of the lane; `vpmultishiftqb` then moves bits Kj - 4 .. Kj + 3
+        // (mod 64) into cell j's byte, which puts the symbol at bits 4 .. 4 + K, where the
+        // table index wants it.
+        let spread: [u8; 64] = std::array::from_fn(|i| (K * (i / 8) + i % 8).min(8 * K - 1) as u8);
+        let shifts: [u8; 64] = std::array::from_fn(|i| ((K * (i % 8) + 60) % 64) as u8);
+        // SAFETY: each reads a 64-byte array.
+        let (spread, shifts) = unsafe { (load64(spread.as_ptr()), load64(shifts.as_ptr())) };
+        let symbol_bits = _mm512_set1_epi8((((1u16 << K) - 1) << 4) as u8 as i8);
+        let data_bytes: u64 = (1u64 << bytes_per_group) - 1;
+        // SAFETY: reads the 16 bytes of `risk`.
+        let risk = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(risk.as_ptr().cast()) });
+        let einval = _mm512_set1_epi8(-1);
+        let v_max = _mm512_set1_epi8(t.v_max as i8);
+        let (mut raised, mut at_risk, mut fell) = (0u32, 0u32, 0u64);
+        for g in 0..groups {
+            // SAFETY: g < groups, so the group's `bytes_per_group` data bytes lie inside
+            // `data` (the masked load reads no byte past them) and its 64 cells inside `old`.
+            prefetch(old.as_ptr().wrapping_add(g * 64));
+            let (d, o) = unsafe {
+                let d = _mm512_maskz_loadu_epi8(
+                    data_bytes,
+                    data.as_ptr().add(g * bytes_per_group).cast(),
+                );
+                (d, load64(old.as_ptr().add(g * 64)))
+            };
+            let sym = _mm512_multishift_epi64_epi8(shifts, _mm512_permutexvar_epi8(spread, d));
+            // Levels are below 16, so the index is the symbol's bits over the level's.
+            let index = _mm512_or_si512(_mm512_and_si512(sym, symbol_bits), o);
+            let mut n = match K {
+                1 | 2 => _mm512_permutexvar_epi8(index, lut[0]),
+                3 => _mm512_permutex2var_epi8(lut[0], index, lut[1]),
+                _ => {
+                    let low = _mm512_permutex2var_epi8(lut[0], index, lut[1]);
+                    let high = _mm512_permutex2var_epi8(lut[2], index, lut[3]);
+                    _mm512_mask_blend_epi8(_mm512_movepi8_mask(index), low, high)
+                }
+            };
+            let einval_cells = _mm512_cmpeq_epi8_mask(n, einval);
+            if einval_cells != 0 {
+                super::record_einval::<K>(einval_cells, g * 64, data, recovered);
+                n = _mm512_mask_mov_epi8(n, einval_cells, v_max);
+            }
+            raised += _mm512_cmpneq_epi8_mask(n, o).count_ones();
+            fell |= _mm512_cmplt_epu8_mask(n, o);
+            // New levels are below 16 here: `vpshufb` looks each up in `risk`.
+            at_risk += _mm512_movepi8_mask(_mm512_shuffle_epi8(risk, n)).count_ones();
+            // SAFETY: the group's 64 cells lie inside `new`.
+            unsafe { _mm512_storeu_si512(new.as_mut_ptr().add(g * 64).cast(), n) };
+        }
+        (groups * 64, super::PassCounts { raised, at_risk, fell: fell != 0 })
+    }
+
+    /// # Safety
+    /// The CPU supports AVX-512 F, BW and VBMI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+    pub(super) unsafe fn unpack<const K: usize>(
+        levels: &[u8],
+        dec: &[u8; 16],
+        out: &mut [u8],
+    ) -> usize {
+        let bytes_per_group = 8 * K;
+        let groups = (levels.len() / 64).min(out.len() / bytes_per_group);
+        // SAFETY: reads the 16 bytes of `dec`.
+        let dec = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(dec.as_ptr().cast()) });
+        let low_nibble = _mm512_set1_epi8(15);
+        // Symbols are packed by multiply-adds: pairs of bytes into 16-bit lanes (s0 + s1 <<
+        // K), pairs of those into 32-bit lanes (4 symbols, 4K bits), and the two halves of
+        // each 64-bit lane by a shift (8 symbols, 8K bits: K bytes at the lane's bottom).
+        let w1 = _mm512_set1_epi16((1 | 1 << (8 + K)) as i16);
+        let w2 = _mm512_set1_epi32(1 | 1 << (16 + 2 * K));
+        let low_half = _mm512_set1_epi64(0xFFFF_FFFF);
+        let half_shift = _mm512_set1_epi64(4 * K as i64);
+        // Then the K bytes of each lane, lane after lane, to the front.
+        let gather: [u8; 64] = std::array::from_fn(|i| ((i / K) * 8 + i % K).min(63) as u8);
+        // SAFETY: reads a 64-byte array.
+        let gather = unsafe { load64(gather.as_ptr()) };
+        let out_bytes: u64 = (1u64 << bytes_per_group) - 1;
+        for g in 0..groups {
+            prefetch(levels.as_ptr().wrapping_add(g * 64));
+            // SAFETY: g < groups, so the group's 64 cells lie inside `levels`.
+            let l = unsafe { load64(levels.as_ptr().add(g * 64)) };
+            let sym = _mm512_shuffle_epi8(dec, _mm512_and_si512(l, low_nibble));
+            let quads = _mm512_madd_epi16(_mm512_maddubs_epi16(sym, w1), w2);
+            let lanes = _mm512_or_si512(
+                _mm512_and_si512(quads, low_half),
+                _mm512_sllv_epi64(_mm512_srli_epi64::<32>(quads), half_shift),
+            );
+            let packed = _mm512_permutexvar_epi8(gather, lanes);
+            // SAFETY: the group's `bytes_per_group` output bytes lie inside `out`; the masked
+            // store writes no byte past them.
+            unsafe {
+                _mm512_mask_storeu_epi8(
+                    out.as_mut_ptr().add(g * bytes_per_group).cast(),
+                    out_bytes,
+                    packed,
+                )
+            };
+        }
+        groups * 64
     }
 }
