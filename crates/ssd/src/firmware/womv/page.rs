@@ -60,7 +60,9 @@ pub enum WriteRefused {
 /// The cells of one coded page.
 #[derive(Clone, Debug)]
 pub struct CodedPage {
-    /// One level per cell, meaningful only once the page has been written since its erase
+    /// One level per cell, two cells a byte (cell 2j in the low half of byte j: the levels
+    /// have 4 bits, and packing them halves the memory a write and a read stream through),
+    /// meaningful only once the page has been written since its erase
     /// (`cycles > 0`): an erased page's cells are all at level 0 whatever this holds. It is
     /// empty until the page's first write (an erased device of millions of pages holds no
     /// cells in memory until they are written), and an erase keeps it as it is (zeroing
@@ -119,32 +121,58 @@ impl Transitions {
     }
 }
 
-/// A pass over the cells of a write: fills `new` from `old` and the data, and counts, in the
-/// same pass, the cells raised, the cells at risk after the write, and whether any cell
-/// would fall (the medium's invariant, checked cell by cell on every program).
-type PassFn = fn(&[u8], &mut [u8], &[u8], &Transitions, &mut Vec<(u32, u8)>) -> PassCounts;
+/// A pass over the cells of a write: fills `new` from `old` (both packed, two cells a byte)
+/// and the data for the first `cells` cells, and counts, in the same pass, the cells raised,
+/// the cells at risk after the write, and whether any cell would fall (the medium's
+/// invariant, checked cell by cell on every program).
+type PassFn = fn(&[u8], &mut [u8], &[u8], usize, &Transitions, &mut Vec<(u32, u8)>) -> PassCounts;
 use super::simd::PassCounts;
 
-/// The pass for K data bits per cell, K dividing 8: a byte holds 8/K whole symbols, and the
-/// inner loop unrolls.
+/// The level of cell `i` in packed cells (cell 2j in the low half of byte j, 2j + 1 in the
+/// high half).
+#[inline(always)]
+fn nibble(packed: &[u8], i: usize) -> u8 {
+    packed[i / 2] >> ((i & 1) * 4) & 15
+}
+
+/// The bytes that hold `cells` packed cells.
+pub(crate) fn packed_len(cells: usize) -> usize {
+    cells.div_ceil(2)
+}
+
+/// Every cell of packed cells, one level a byte.
+fn unpack_levels(packed: &[u8], cells: usize) -> Vec<u8> {
+    (0..cells).map(|i| nibble(packed, i)).collect()
+}
+
+/// The pass for K data bits per cell, K dividing 8: a byte holds 8/K (an even number of)
+/// whole symbols, so a data byte's cells are whole bytes of cells, and the inner loop
+/// unrolls.
 fn pass_whole_bytes<const K: usize>(
     old: &[u8],
     new: &mut [u8],
     data: &[u8],
+    cells: usize,
     t: &Transitions,
     recovered: &mut Vec<(u32, u8)>,
 ) -> PassCounts {
     let per = 8 / K;
     let mask = ((1u16 << K) - 1) as u8;
     let mut c = PassCounts::default();
-    let cells = old.chunks_exact(per).zip(new.chunks_exact_mut(per));
-    for (b, (&byte, (old, new))) in data.iter().zip(cells).enumerate() {
-        for j in 0..per {
-            let level = t.step(b * per + j, old[j], (byte >> (j * K)) & mask, recovered);
-            new[j] = level;
-            c.raised += (level != old[j]) as u32;
-            c.at_risk += (t.risk_mask >> (level & 31)) & 1;
-            c.fell |= level < old[j];
+    let mut step = |cell: usize, from: u8, d: u8| {
+        let level = t.step(cell, from, d, recovered);
+        c.raised += (level != from) as u32;
+        c.at_risk += (t.risk_mask >> (level & 31)) & 1;
+        c.fell |= level < from;
+        level
+    };
+    let packed = old.chunks_exact(per / 2).zip(new.chunks_exact_mut(per / 2));
+    for (b, (&byte, (old, new))) in data.iter().zip(packed).take(cells / per).enumerate() {
+        for j in 0..per / 2 {
+            let first = b * per + 2 * j;
+            let low = step(first, old[j] & 15, (byte >> (2 * j * K)) & mask);
+            let high = step(first + 1, old[j] >> 4, (byte >> ((2 * j + 1) * K)) & mask);
+            new[j] = low | high << 4;
         }
     }
     c
@@ -157,6 +185,7 @@ fn pass_fast<const K: usize>(
     old: &[u8],
     new: &mut [u8],
     data: &[u8],
+    cells: usize,
     t: &Transitions,
     recovered: &mut Vec<(u32, u8)>,
 ) -> PassCounts {
@@ -173,13 +202,14 @@ fn pass_fast<const K: usize>(
     }
     let scalar: PassFn = if 8 % K == 0 { pass_whole_bytes::<K> } else { pass_any_width };
     let tables = super::simd::PassTables { tables: &tables[..values], risk: &risk, v_max: t.v_max };
-    let Some((done, c)) = super::simd::pass::<K>(old, new, data, &tables, recovered) else {
-        return scalar(old, new, data, t, recovered);
+    let Some((done, c)) = super::simd::pass::<K>(old, new, data, cells, &tables, recovered) else {
+        return scalar(old, new, data, cells, t, recovered);
     };
     // The scalar pass numbers cells from its slices' start: shift its EINVAL records. (A
-    // group's symbols fill whole bytes, so the rest of the data starts at a byte.)
+    // group is a whole number of bytes of cells and of data.)
     let first = recovered.len();
-    let rest = scalar(&old[done..], &mut new[done..], &data[done * K / 8..], t, recovered);
+    let (o, n, d) = (&old[done / 2..], &mut new[done / 2..], &data[done * K / 8..]);
+    let rest = scalar(o, n, d, cells - done, t, recovered);
     for rec in &mut recovered[first..] {
         rec.0 += done as u32;
     }
@@ -195,16 +225,23 @@ fn pass_any_width(
     old: &[u8],
     new: &mut [u8],
     data: &[u8],
+    cells: usize,
     t: &Transitions,
     recovered: &mut Vec<(u32, u8)>,
 ) -> PassCounts {
     let mut c = PassCounts::default();
-    for (i, (&from, to)) in old.iter().zip(new.iter_mut()).enumerate() {
-        let level = t.step(i, from, symbol(data, t.data_bits, i), recovered);
-        *to = level;
-        c.raised += (level != from) as u32;
-        c.at_risk += (t.risk_mask >> (level & 31)) & 1;
-        c.fell |= level < from;
+    for (j, to) in new.iter_mut().enumerate().take(packed_len(cells)) {
+        // The high half of an odd page's last byte is no cell: it stays 0.
+        let mut byte = 0u8;
+        for i in (2 * j..2 * j + 2).take_while(|&i| i < cells) {
+            let from = nibble(old, i);
+            let level = t.step(i, from, symbol(data, t.data_bits, i), recovered);
+            c.raised += (level != from) as u32;
+            c.at_risk += (t.risk_mask >> (level & 31)) & 1;
+            c.fell |= level < from;
+            byte |= level << ((i & 1) * 4);
+        }
+        *to = byte;
     }
     c
 }
@@ -251,12 +288,12 @@ impl CodedPage {
         self.cells as usize
     }
 
-    /// The level of every cell (all 0 while erased).
-    pub fn levels(&self) -> std::borrow::Cow<'_, [u8]> {
+    /// The level of every cell, one a byte (all 0 while erased).
+    pub fn levels(&self) -> Vec<u8> {
         if self.cycles == 0 {
-            std::borrow::Cow::Owned(vec![0; self.cells as usize])
+            vec![0; self.cells as usize]
         } else {
-            std::borrow::Cow::Borrowed(&self.levels)
+            unpack_levels(&self.levels, self.cells as usize)
         }
     }
 
@@ -353,16 +390,17 @@ impl CodedPage {
         // The new levels go to a per-thread scratch buffer first (a refused write leaves the
         // page as it was), then are copied over the old ones: a fresh buffer per write cost
         // more than the pass (the allocator zeroing new memory).
+        let bytes = packed_len(cells);
         let mut new_levels = SCRATCH.with(|s| s.take());
-        new_levels.resize(cells, 0);
+        new_levels.resize(bytes, 0);
         // The old levels: the page's, or zeros for its first write since the erase.
         let mut zeros = Vec::new();
         let old: &[u8] = if self.cycles == 0 {
             zeros = ZEROS.with(|z| z.take());
-            if zeros.len() < cells {
-                zeros.resize(cells, 0);
+            if zeros.len() < bytes {
+                zeros.resize(bytes, 0);
             }
-            &zeros[..cells]
+            &zeros[..bytes]
         } else {
             &self.levels
         };
@@ -375,13 +413,15 @@ impl CodedPage {
             3 => pass_fast::<3>,
             _ => pass_fast::<4>,
         };
-        let counts = pass(old, &mut new_levels, data, &t, &mut recovered);
+        let counts = pass(old, &mut new_levels, data, cells, &t, &mut recovered);
         let (cells_raised, at_risk) = (counts.raised, counts.at_risk);
         // The medium's invariant, checked cell by cell by the pass; the cell is looked for
         // only when it fails.
         let refused = if counts.fell {
-            let i = old.iter().zip(&new_levels).position(|(o, n)| n < o).unwrap_or(0);
-            Some(WriteRefused::LevelDecrease { cell: i as u32, from: old[i], to: new_levels[i] })
+            let fell = |&i: &usize| nibble(&new_levels, i) < nibble(old, i);
+            let i = (0..cells).find(fell).unwrap_or(0);
+            let (from, to) = (nibble(old, i), nibble(&new_levels, i));
+            Some(WriteRefused::LevelDecrease { cell: i as u32, from, to })
         } else if recovered.len() as u32 > ecc_budget_cells {
             let einval_cells = recovered.len() as u32;
             Some(WriteRefused::EccBudget { einval_cells, budget_cells: ecc_budget_cells })
@@ -430,17 +470,18 @@ impl CodedPage {
             *p = dec[i & 15] as u16 | (dec[i >> 4] as u16) << k;
         }
         let zeros;
+        let cells = self.cells as usize;
         let levels: &[u8] = if self.cycles == 0 {
-            zeros = vec![0u8; self.cells as usize];
+            zeros = vec![0u8; packed_len(cells)];
             &zeros
         } else {
             &self.levels
         };
         match k {
-            1 => unpack_fast::<1>(levels, &dec, &pairs, out),
-            2 => unpack_fast::<2>(levels, &dec, &pairs, out),
-            3 => unpack_fast::<3>(levels, &dec, &pairs, out),
-            _ => unpack_fast::<4>(levels, &dec, &pairs, out),
+            1 => unpack_fast::<1>(levels, cells, &dec, &pairs, out),
+            2 => unpack_fast::<2>(levels, cells, &dec, &pairs, out),
+            3 => unpack_fast::<3>(levels, cells, &dec, &pairs, out),
+            _ => unpack_fast::<4>(levels, cells, &dec, &pairs, out),
         }
         for &(cell, d) in &self.recovered {
             set_symbol(out, k, cell as usize, d);
@@ -448,31 +489,36 @@ impl CodedPage {
     }
 }
 
-/// Decodes whole groups of cells vectorized where the CPU can (`super::simd`), the rest two
-/// at a time where K divides 8, or bit by bit where symbols straddle bytes.
-fn unpack_fast<const K: usize>(levels: &[u8], dec: &[u8; 16], pairs: &[u16; 256], out: &mut [u8]) {
-    let done = super::simd::unpack::<K>(levels, dec, out).unwrap_or(0);
-    let (levels, out) = (&levels[done..], &mut out[done * K / 8..]);
+/// Decodes whole groups of cells vectorized where the CPU can (`super::simd`), the rest a
+/// byte of cells at a time where K divides 8, or bit by bit where symbols straddle bytes.
+fn unpack_fast<const K: usize>(
+    levels: &[u8],
+    cells: usize,
+    dec: &[u8; 16],
+    pairs: &[u16; 256],
+    out: &mut [u8],
+) {
+    let done = super::simd::unpack::<K>(levels, cells, dec, out).unwrap_or(0);
+    let (levels, out) = (&levels[done / 2..], &mut out[done * K / 8..]);
     if 8 % K == 0 {
         unpack_whole_bytes::<K>(levels, pairs, out);
     } else {
         // Set bit by bit over zeros (the widths dividing 8 write every byte whole).
         out.fill(0);
-        for (i, &level) in levels.iter().enumerate() {
-            set_symbol(out, K as u8, i, dec[level as usize & 15]);
+        for i in 0..cells - done {
+            set_symbol(out, K as u8, i, dec[nibble(levels, i) as usize]);
         }
     }
 }
 
-/// Decodes cells two at a time (`pairs[l0 | l1 << 4]` is their two symbols) into whole
-/// bytes, for K data bits per cell with K dividing 8.
+/// Decodes a byte of packed cells at a time (`pairs[byte]` is its two cells' symbols) into
+/// whole bytes, for K data bits per cell with K dividing 8.
 fn unpack_whole_bytes<const K: usize>(levels: &[u8], pairs: &[u16; 256], out: &mut [u8]) {
     let per = 8 / K;
-    for (byte, cells) in out.iter_mut().zip(levels.chunks_exact(per)) {
+    for (byte, packed) in out.iter_mut().zip(levels.chunks_exact(per / 2)) {
         let mut v = 0u16;
-        for j in 0..per / 2 {
-            let idx = (cells[2 * j] & 15) as usize | ((cells[2 * j + 1] & 15) as usize) << 4;
-            v |= pairs[idx] << (2 * j * K);
+        for (j, &two) in packed.iter().enumerate() {
+            v |= pairs[two as usize] << (2 * j * K);
         }
         *byte = v as u8;
     }
@@ -541,12 +587,15 @@ mod tests {
                 };
                 let data = vec![0x5au8; bytes];
                 for at in [None, Some(100), Some(cells - 1)] {
-                    let mut old: Vec<u8> = (0..cells).map(|i| [3, 9, 12][i % 3]).collect();
+                    let mut levels: Vec<u8> = (0..cells).map(|i| [3, 9, 12][i % 3]).collect();
                     if let Some(i) = at {
-                        old[i] = 7;
+                        levels[i] = 7;
                     }
-                    let mut new = vec![0u8; cells];
-                    let c = pass(&old, &mut new, &data, &t, &mut Vec::new());
+                    // Packed two cells a byte, as a page holds them.
+                    let old: Vec<u8> =
+                        levels.chunks(2).map(|c| c[0] | c.get(1).unwrap_or(&0) << 4).collect();
+                    let mut new = vec![0u8; packed_len(cells)];
+                    let c = pass(&old, &mut new, &data, cells, &t, &mut Vec::new());
                     assert_eq!(c.fell, at.is_some(), "k = {k}, cell {at:?}, {isa:?}");
                     // (A fallen cell counts as changed.)
                     assert_eq!(c.raised, at.is_some() as u32, "k = {k}, cell {at:?}, {isa:?}");

@@ -9,6 +9,9 @@
 //! - **AVX2** (32 cells at a time, k dividing 8): each cell's new level is a 16-entry table
 //!   lookup per symbol value (`vpshufb`), selected by the cell's symbol.
 //!
+//! Cells are packed two a byte (`page.rs`: cell 2j in the low half of byte j); both passes
+//! spread a group's bytes into one cell a byte, work on that, and pack the new levels back.
+//!
 //! The scalar pass of `page.rs` does one table lookup per cell; the vector passes are several
 //! times faster (docs/benchmarks.md, "The WOM-v SSD"), which the WOM-v SSD's simulation
 //! speed needs. A cell that cannot take its symbol (EINVAL, beyond GEN_MAX) is rare: the
@@ -81,13 +84,14 @@ pub(super) struct PassTables<'a> {
     pub v_max: u8,
 }
 
-/// Runs the pass over the whole groups of cells there are, from the first cell; EINVAL cells
-/// go to V_MAX and, in cell order, with their symbols, to `recovered`. Returns `None` when
-/// the CPU has no vector pass for K.
+/// Runs the pass over the whole groups among the first `cells` cells, from the first cell
+/// (`old` and `new` packed); EINVAL cells go to V_MAX and, in cell order, with their
+/// symbols, to `recovered`. Returns `None` when the CPU has no vector pass for K.
 pub(super) fn pass<const K: usize>(
     old: &[u8],
     new: &mut [u8],
     data: &[u8],
+    cells: usize,
     t: &PassTables,
     recovered: &mut Vec<(u32, u8)>,
 ) -> Option<Done> {
@@ -95,12 +99,12 @@ pub(super) fn pass<const K: usize>(
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vbmi => {
             // SAFETY: `isa()` found AVX-512 F, BW and VBMI on this CPU.
-            Some(unsafe { avx512::pass::<K>(old, new, data, t, recovered) })
+            Some(unsafe { avx512::pass::<K>(old, new, data, cells, t, recovered) })
         }
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 if 8 % K == 0 => {
             // SAFETY: `isa()` found AVX2 on this CPU.
-            Some(unsafe { avx2::pass::<K>(old, new, data, t, recovered) })
+            Some(unsafe { avx2::pass::<K>(old, new, data, cells, t, recovered) })
         }
         _ => None,
     }
@@ -129,11 +133,12 @@ fn record_einval<const K: usize>(
     }
 }
 
-/// Decodes whole groups of cells into `out` (`dec[level]` is a level's symbol), from the
-/// first cell; returns the cells done (`None`: no vector decode for K on this CPU). Cells the
-/// ECC recovers are the caller's to patch.
+/// Decodes whole groups among the first `cells` cells (`levels` packed) into `out`
+/// (`dec[level]` is a level's symbol), from the first cell; returns the cells done (`None`:
+/// no vector decode for K on this CPU). Cells the ECC recovers are the caller's to patch.
 pub(super) fn unpack<const K: usize>(
     levels: &[u8],
+    cells: usize,
     dec: &[u8; 16],
     out: &mut [u8],
 ) -> Option<usize> {
@@ -141,12 +146,12 @@ pub(super) fn unpack<const K: usize>(
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vbmi => {
             // SAFETY: `isa()` found AVX-512 F, BW and VBMI on this CPU.
-            Some(unsafe { avx512::unpack::<K>(levels, dec, out) })
+            Some(unsafe { avx512::unpack::<K>(levels, cells, dec, out) })
         }
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 if 8 % K == 0 => {
             // SAFETY: `isa()` found AVX2 on this CPU.
-            Some(unsafe { avx2::unpack::<K>(levels, dec, out) })
+            Some(unsafe { avx2::unpack::<K>(levels, cells, dec, out) })
         }
         _ => None,
     }
@@ -156,6 +161,30 @@ pub(super) fn unpack<const K: usize>(
 mod avx2 {
     use std::arch::x86_64::*;
 
+    /// 16 bytes of packed cells as 32 cells, one a byte.
+    #[target_feature(enable = "avx2")]
+    fn spread(p: __m128i) -> __m256i {
+        let low_nibbles = _mm_set1_epi8(15);
+        let low = _mm_and_si128(p, low_nibbles);
+        let high = _mm_and_si128(_mm_srli_epi16::<4>(p), low_nibbles);
+        _mm256_set_m128i(_mm_unpackhi_epi8(low, high), _mm_unpacklo_epi8(low, high))
+    }
+
+    /// 32 cells of levels below 16, one a byte, packed into 16 bytes.
+    #[target_feature(enable = "avx2")]
+    fn pack(n: __m256i) -> __m128i {
+        // In each 128-bit half: its even cells to bytes 0-7, its odd ones to bytes 8-15; then
+        // each odd cell over its even neighbour, and the halves' low 8 bytes together.
+        #[rustfmt::skip]
+        let evens_then_odds = _mm256_setr_epi8(
+            0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+            0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+        );
+        let v = _mm256_shuffle_epi8(n, evens_then_odds);
+        let w = _mm256_or_si256(v, _mm256_slli_epi16::<4>(_mm256_srli_si256::<8>(v)));
+        _mm256_castsi256_si128(_mm256_permute4x64_epi64::<0b1000>(w))
+    }
+
     /// # Safety
     /// The CPU supports AVX2.
     #[target_feature(enable = "avx2")]
@@ -163,6 +192,7 @@ mod avx2 {
         old: &[u8],
         new: &mut [u8],
         data: &[u8],
+        cells: usize,
         t: &super::PassTables,
         recovered: &mut Vec<(u32, u8)>,
     ) -> super::Done {
@@ -173,7 +203,8 @@ mod avx2 {
         }
         let per = 8 / K;
         let bytes_per_group = 32 * K / 8;
-        let groups = (old.len().min(new.len()) / 32).min(data.len() / bytes_per_group);
+        let groups =
+            (cells / 32).min(old.len().min(new.len()) / 16).min(data.len() / bytes_per_group);
         // Cell c of a group takes its symbol from data byte c / per, bits (c % per) * K and
         // up; a symbol is compared in place (shifted) rather than shifted down.
         let mut idx = [0u8; 32];
@@ -233,7 +264,8 @@ mod avx2 {
             if g % 255 == 0 {
                 sum(&mut same8, &mut risky8, &mut same64, &mut risky64);
             }
-            // SAFETY: g < groups, so the 32 cells at g * 32 lie inside `old` and `new`, and
+            // SAFETY: g < groups, so the 32 cells at g * 32 (16 bytes at g * 16) lie inside
+            // `old` and `new`, and
             // the group's `bytes_per_group` data bytes inside `data`; each load reads exactly
             // those bytes (loading them straight into a register: copying them through a
             // buffer first stalled every group on store forwarding).
@@ -244,7 +276,7 @@ mod avx2 {
                     2 => _mm_loadl_epi64(p.cast()),
                     _ => _mm_loadu_si128(p.cast()),
                 };
-                (_mm256_loadu_si256(old.as_ptr().add(g * 32).cast()), d)
+                (spread(_mm_loadu_si128(old.as_ptr().add(g * 16).cast())), d)
             };
             let sym =
                 _mm256_and_si256(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(d), idx), mask);
@@ -270,7 +302,7 @@ mod avx2 {
             same8 = _mm256_sub_epi8(same8, _mm256_cmpeq_epi8(n, o));
             risky8 = _mm256_add_epi8(risky8, _mm256_shuffle_epi8(risk, n));
             // SAFETY: as for the load above.
-            unsafe { _mm256_storeu_si256(new.as_mut_ptr().add(g * 32).cast(), n) };
+            unsafe { _mm_storeu_si128(new.as_mut_ptr().add(g * 16).cast(), pack(n)) };
         }
         sum(&mut same8, &mut risky8, &mut same64, &mut risky64);
         let cells = groups * 32;
@@ -287,6 +319,7 @@ mod avx2 {
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn unpack<const K: usize>(
         levels: &[u8],
+        cells: usize,
         dec: &[u8; 16],
         out: &mut [u8],
     ) -> usize {
@@ -294,7 +327,7 @@ mod avx2 {
             return 0;
         }
         let bytes_per_group = 32 * K / 8;
-        let groups = (levels.len() / 32).min(out.len() / bytes_per_group);
+        let groups = (cells / 32).min(levels.len() / 16).min(out.len() / bytes_per_group);
         // SAFETY: reads the 16 bytes of `dec`.
         let dec = _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(dec.as_ptr().cast()) });
         // Symbols are packed by multiply-adds: pairs of bytes into 16-bit lanes (s0 + s1 <<
@@ -303,8 +336,9 @@ mod avx2 {
         let w2 = _mm256_set1_epi32(1 | 1 << (16 + 2 * K));
         let mut lanes = [0u32; 8];
         for g in 0..groups {
-            // SAFETY: g < groups, so the 32 cells at g * 32 lie inside `levels`.
-            let l = unsafe { _mm256_loadu_si256(levels.as_ptr().add(g * 32).cast()) };
+            // SAFETY: g < groups, so the 32 cells at g * 32 (16 bytes at g * 16) lie inside
+            // `levels`.
+            let l = spread(unsafe { _mm_loadu_si128(levels.as_ptr().add(g * 16).cast()) });
             let sym = _mm256_shuffle_epi8(dec, _mm256_and_si256(l, _mm256_set1_epi8(15)));
             let quads = _mm256_madd_epi16(_mm256_maddubs_epi16(sym, w1), w2);
             // SAFETY: writes the 32 bytes of `lanes`.
@@ -360,6 +394,55 @@ mod avx512 {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_BYTES).cast()) }
     }
 
+    /// A group's 64 bytes of packed cells as its two halves of 64 cells, one a byte, and
+    /// back: the byte-permute indices (into the pair of vectors: 64 and up is the second).
+    struct Spread {
+        halves: [__m512i; 2],
+        evens: __m512i,
+        odds: __m512i,
+        low_nibbles: __m512i,
+    }
+
+    impl Spread {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+        fn new() -> Spread {
+            // Cell c of half h is cell C = 64h + c of the group: byte C / 2 of the low halves
+            // (even C) or of the high halves (odd C, the second vector of the pair).
+            let halves: [[u8; 64]; 2] = std::array::from_fn(|h| {
+                std::array::from_fn(|c| ((64 * h + c) / 2 + 64 * (c & 1)) as u8)
+            });
+            // Packing back: byte j holds cells 2j and 2j + 1, cell C being byte C of the
+            // pair of halves.
+            let evens: [u8; 64] = std::array::from_fn(|j| (2 * j) as u8);
+            let odds: [u8; 64] = std::array::from_fn(|j| (2 * j + 1) as u8);
+            // SAFETY: each reads a 64-byte array.
+            unsafe {
+                Spread {
+                    halves: [load64(halves[0].as_ptr()), load64(halves[1].as_ptr())],
+                    evens: load64(evens.as_ptr()),
+                    odds: load64(odds.as_ptr()),
+                    low_nibbles: _mm512_set1_epi8(15),
+                }
+            }
+        }
+
+        /// The two halves of 64 cells of a group's packed bytes.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+        fn cells(&self, packed: __m512i) -> [__m512i; 2] {
+            let low = _mm512_and_si512(packed, self.low_nibbles);
+            let high = _mm512_and_si512(_mm512_srli_epi16::<4>(packed), self.low_nibbles);
+            self.halves.map(|h| _mm512_permutex2var_epi8(low, h, high))
+        }
+
+        /// A group's two halves of levels below 16 packed into 64 bytes.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+        fn pack(&self, n: [__m512i; 2]) -> __m512i {
+            let evens = _mm512_permutex2var_epi8(n[0], self.evens, n[1]);
+            let odds = _mm512_permutex2var_epi8(n[0], self.odds, n[1]);
+            _mm512_or_si512(evens, _mm512_slli_epi16::<4>(odds))
+        }
+    }
+
     /// # Safety
     /// The CPU supports AVX-512 F, BW and VBMI.
     #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,popcnt")]
@@ -367,13 +450,16 @@ mod avx512 {
         old: &[u8],
         new: &mut [u8],
         data: &[u8],
+        cells: usize,
         t: &super::PassTables,
         recovered: &mut Vec<(u32, u8)>,
     ) -> super::Done {
         let (tables, risk) = (t.tables, t.risk);
-        // A group is 64 cells, 8 per 64-bit lane; their symbols are 8K bits, K bytes per lane.
-        let bytes_per_group = 8 * K;
-        let groups = (old.len().min(new.len()) / 64).min(data.len() / bytes_per_group);
+        // A group is 128 cells in 64 bytes, worked on as two halves of 64 cells, 8 per 64-bit
+        // lane; a half's symbols are 8K bits, K bytes per lane.
+        let bytes_per_half = 8 * K;
+        let groups =
+            (cells / 128).min(old.len().min(new.len()) / 64).min(data.len() / (2 * bytes_per_half));
         // The transition of (symbol d, level l) at `d << 4 | l`: 2^(K+4) entries, in up to
         // four 64-byte tables.
         let mut lut = [0xFFu8; 256];
@@ -382,8 +468,8 @@ mod avx512 {
         }
         // SAFETY: each reads 64 bytes inside `lut`.
         let lut: [__m512i; 4] = std::array::from_fn(|i| unsafe { load64(lut[64 * i..].as_ptr()) });
-        // Lane q of the data vector gets the group's data bytes Kq .. Kq + 7 (the ones past
-        // the group repeat its last byte and are never used), so cell j of lane q finds its
+        // Lane q of the data vector gets the half's data bytes Kq .. Kq + 7 (the ones past
+        // the half repeat its last byte and are never used), so cell j of lane q finds its
         // symbol at bit Kj of the lane; `vpmultishiftqb` then moves bits Kj - 4 .. Kj + 3
         // (mod 64) into cell j's byte, which puts the symbol at bits 4 .. 4 + K, where the
         // table index wants it.
@@ -392,48 +478,54 @@ mod avx512 {
         // SAFETY: each reads a 64-byte array.
         let (spread, shifts) = unsafe { (load64(spread.as_ptr()), load64(shifts.as_ptr())) };
         let symbol_bits = _mm512_set1_epi8((((1u16 << K) - 1) << 4) as u8 as i8);
-        let data_bytes: u64 = (1u64 << bytes_per_group) - 1;
+        let data_bytes: u64 = (1u64 << bytes_per_half) - 1;
         // SAFETY: reads the 16 bytes of `risk`.
         let risk = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(risk.as_ptr().cast()) });
         let einval = _mm512_set1_epi8(-1);
         let v_max = _mm512_set1_epi8(t.v_max as i8);
+        let cells_of = Spread::new();
         let (mut raised, mut at_risk, mut fell) = (0u32, 0u32, 0u64);
         for g in 0..groups {
-            // SAFETY: g < groups, so the group's `bytes_per_group` data bytes lie inside
-            // `data` (the masked load reads no byte past them) and its 64 cells inside `old`.
             prefetch(old.as_ptr().wrapping_add(g * 64));
-            let (d, o) = unsafe {
-                let d = _mm512_maskz_loadu_epi8(
-                    data_bytes,
-                    data.as_ptr().add(g * bytes_per_group).cast(),
-                );
-                (d, load64(old.as_ptr().add(g * 64)))
-            };
-            let sym = _mm512_multishift_epi64_epi8(shifts, _mm512_permutexvar_epi8(spread, d));
-            // Levels are below 16, so the index is the symbol's bits over the level's.
-            let index = _mm512_or_si512(_mm512_and_si512(sym, symbol_bits), o);
-            let mut n = match K {
-                1 | 2 => _mm512_permutexvar_epi8(index, lut[0]),
-                3 => _mm512_permutex2var_epi8(lut[0], index, lut[1]),
-                _ => {
-                    let low = _mm512_permutex2var_epi8(lut[0], index, lut[1]);
-                    let high = _mm512_permutex2var_epi8(lut[2], index, lut[3]);
-                    _mm512_mask_blend_epi8(_mm512_movepi8_mask(index), low, high)
+            // SAFETY: g < groups, so the group's 64 bytes of cells lie inside `old`.
+            let o = cells_of.cells(unsafe { load64(old.as_ptr().add(g * 64)) });
+            let mut n = [_mm512_setzero_si512(); 2];
+            for h in 0..2 {
+                let half = 2 * g + h;
+                // SAFETY: g < groups, so the half's `bytes_per_half` data bytes lie inside
+                // `data` (the masked load reads no byte past them).
+                let d = unsafe {
+                    _mm512_maskz_loadu_epi8(
+                        data_bytes,
+                        data.as_ptr().add(half * bytes_per_half).cast(),
+                    )
+                };
+                let sym = _mm512_multishift_epi64_epi8(shifts, _mm512_permutexvar_epi8(spread, d));
+                // Levels are below 16, so the index is the symbol's bits over the level's.
+                let index = _mm512_or_si512(_mm512_and_si512(sym, symbol_bits), o[h]);
+                n[h] = match K {
+                    1 | 2 => _mm512_permutexvar_epi8(index, lut[0]),
+                    3 => _mm512_permutex2var_epi8(lut[0], index, lut[1]),
+                    _ => {
+                        let low = _mm512_permutex2var_epi8(lut[0], index, lut[1]);
+                        let high = _mm512_permutex2var_epi8(lut[2], index, lut[3]);
+                        _mm512_mask_blend_epi8(_mm512_movepi8_mask(index), low, high)
+                    }
+                };
+                let einval_cells = _mm512_cmpeq_epi8_mask(n[h], einval);
+                if einval_cells != 0 {
+                    super::record_einval::<K>(einval_cells, half * 64, data, recovered);
+                    n[h] = _mm512_mask_mov_epi8(n[h], einval_cells, v_max);
                 }
-            };
-            let einval_cells = _mm512_cmpeq_epi8_mask(n, einval);
-            if einval_cells != 0 {
-                super::record_einval::<K>(einval_cells, g * 64, data, recovered);
-                n = _mm512_mask_mov_epi8(n, einval_cells, v_max);
+                raised += _mm512_cmpneq_epi8_mask(n[h], o[h]).count_ones();
+                fell |= _mm512_cmplt_epu8_mask(n[h], o[h]);
+                // New levels are below 16 here: `vpshufb` looks each up in `risk`.
+                at_risk += _mm512_movepi8_mask(_mm512_shuffle_epi8(risk, n[h])).count_ones();
             }
-            raised += _mm512_cmpneq_epi8_mask(n, o).count_ones();
-            fell |= _mm512_cmplt_epu8_mask(n, o);
-            // New levels are below 16 here: `vpshufb` looks each up in `risk`.
-            at_risk += _mm512_movepi8_mask(_mm512_shuffle_epi8(risk, n)).count_ones();
-            // SAFETY: the group's 64 cells lie inside `new`.
-            unsafe { _mm512_storeu_si512(new.as_mut_ptr().add(g * 64).cast(), n) };
+            // SAFETY: the group's 64 bytes of cells lie inside `new`.
+            unsafe { _mm512_storeu_si512(new.as_mut_ptr().add(g * 64).cast(), cells_of.pack(n)) };
         }
-        (groups * 64, super::PassCounts { raised, at_risk, fell: fell != 0 })
+        (groups * 128, super::PassCounts { raised, at_risk, fell: fell != 0 })
     }
 
     /// # Safety
@@ -441,14 +533,14 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
     pub(super) unsafe fn unpack<const K: usize>(
         levels: &[u8],
+        cells: usize,
         dec: &[u8; 16],
         out: &mut [u8],
     ) -> usize {
-        let bytes_per_group = 8 * K;
-        let groups = (levels.len() / 64).min(out.len() / bytes_per_group);
+        let bytes_per_half = 8 * K;
+        let groups = (cells / 128).min(levels.len() / 64).min(out.len() / (2 * bytes_per_half));
         // SAFETY: reads the 16 bytes of `dec`.
         let dec = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(dec.as_ptr().cast()) });
-        let low_nibble = _mm512_set1_epi8(15);
         // Symbols are packed by multiply-adds: pairs of bytes into 16-bit lanes (s0 + s1 <<
         // K), pairs of those into 32-bit lanes (4 symbols, 4K bits), and the two halves of
         // each 64-bit lane by a shift (8 symbols, 8K bits: K bytes at the lane's bottom).
@@ -460,28 +552,31 @@ mod avx512 {
         let gather: [u8; 64] = std::array::from_fn(|i| ((i / K) * 8 + i % K).min(63) as u8);
         // SAFETY: reads a 64-byte array.
         let gather = unsafe { load64(gather.as_ptr()) };
-        let out_bytes: u64 = (1u64 << bytes_per_group) - 1;
+        let out_bytes: u64 = (1u64 << bytes_per_half) - 1;
+        let cells_of = Spread::new();
         for g in 0..groups {
             prefetch(levels.as_ptr().wrapping_add(g * 64));
-            // SAFETY: g < groups, so the group's 64 cells lie inside `levels`.
-            let l = unsafe { load64(levels.as_ptr().add(g * 64)) };
-            let sym = _mm512_shuffle_epi8(dec, _mm512_and_si512(l, low_nibble));
-            let quads = _mm512_madd_epi16(_mm512_maddubs_epi16(sym, w1), w2);
-            let lanes = _mm512_or_si512(
-                _mm512_and_si512(quads, low_half),
-                _mm512_sllv_epi64(_mm512_srli_epi64::<32>(quads), half_shift),
-            );
-            let packed = _mm512_permutexvar_epi8(gather, lanes);
-            // SAFETY: the group's `bytes_per_group` output bytes lie inside `out`; the masked
-            // store writes no byte past them.
-            unsafe {
-                _mm512_mask_storeu_epi8(
-                    out.as_mut_ptr().add(g * bytes_per_group).cast(),
-                    out_bytes,
-                    packed,
-                )
-            };
+            // SAFETY: g < groups, so the group's 64 bytes of cells lie inside `levels`.
+            let l = cells_of.cells(unsafe { load64(levels.as_ptr().add(g * 64)) });
+            for (h, l) in l.into_iter().enumerate() {
+                let sym = _mm512_shuffle_epi8(dec, l);
+                let quads = _mm512_madd_epi16(_mm512_maddubs_epi16(sym, w1), w2);
+                let lanes = _mm512_or_si512(
+                    _mm512_and_si512(quads, low_half),
+                    _mm512_sllv_epi64(_mm512_srli_epi64::<32>(quads), half_shift),
+                );
+                let packed = _mm512_permutexvar_epi8(gather, lanes);
+                // SAFETY: the half's `bytes_per_half` output bytes lie inside `out`; the
+                // masked store writes no byte past them.
+                unsafe {
+                    _mm512_mask_storeu_epi8(
+                        out.as_mut_ptr().add((2 * g + h) * bytes_per_half).cast(),
+                        out_bytes,
+                        packed,
+                    )
+                };
+            }
         }
-        groups * 64
+        groups * 128
     }
 }
