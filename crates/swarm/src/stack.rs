@@ -126,11 +126,23 @@ pub enum SsdVariant {
     /// The write-in-place firmware (`ftl_policy = "in_place"`, the P5800X's) at 512-byte
     /// sectors, so sector writes read-modify-write their unit in its own slot.
     InPlace,
-    /// The WOM-v firmware (`[womv]`, jaffer-thesis-2023.txt ch. 3) on QLC: `true` for
+    /// The WOM-v firmware (`[womv]`, jaffer-thesis-2023.txt ch. 3) on QLC.
+    Womv(WomvStack),
+}
+
+/// The WOM-v configurations the swarm draws, so that each code, GC, mode and timing the
+/// firmware has is under crashes somewhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WomvStack {
+    /// WOM-v(2,4) with the default GC (read before write, relocation then reuse or erase).
+    Default,
     /// WOM-v(1,4) in NR mode with GC_OPT (pages reused in place with valid pages beside
-    /// them), `false` for WOM-v(2,4) with the default GC (read before write, relocation
-    /// then reuse or erase).
-    Womv(bool),
+    /// them, no read before write).
+    NrGcOpt,
+    /// WOM-v(3,4) (3 data bits a cell: symbols straddle bytes) with GC_OPT in the default
+    /// mode (read before write, reuse in place), each coded page timed as one wide flash
+    /// page (`wide_pages`, §3.7.4's assumption).
+    WideGcOpt,
 }
 
 /// A stack of the catalogue: its name (what `--stack` matches) and its engine.
@@ -323,8 +335,9 @@ pub fn catalogue() -> Vec<StackSpec> {
     add("ssd:no-merge", Ssd(SsdVariant::NoMerge));
     add("ssd:image", Ssd(SsdVariant::Image));
     add("ssd:in-place", Ssd(SsdVariant::InPlace));
-    add("ssd:womv", Ssd(SsdVariant::Womv(false)));
-    add("ssd:womv:nr-gc-opt", Ssd(SsdVariant::Womv(true)));
+    add("ssd:womv", Ssd(SsdVariant::Womv(WomvStack::Default)));
+    add("ssd:womv:nr-gc-opt", Ssd(SsdVariant::Womv(WomvStack::NrGcOpt)));
+    add("ssd:womv:3-4-gc-opt-wide", Ssd(SsdVariant::Womv(WomvStack::WideGcOpt)));
     add("stripe:3", Stripe { members: 3 });
     add("concat:3", Concat { members: 3 });
     for (k, m) in [(4, 1), (6, 2)] {
@@ -418,19 +431,24 @@ fn ssd_config(spec: &StackSpec, image: Option<&std::path::Path>) -> SsdConfig {
                     cfg.firmware.ftl_policy = ftl;
                     cfg.firmware.mv_idle_merge = idle_merge;
                 }
-                SsdVariant::Womv(nr_gc_opt) => {
+                SsdVariant::Womv(which) => {
                     // QLC cells with the thesis' FEMU timings; `tiny`'s 96 pages per block
                     // hold whole L/CL/CU/U cycles.
                     cfg.nand = SsdConfig::preset("qlc-femu").expect("preset").nand;
-                    cfg.womv = Some(Box::new(if nr_gc_opt {
-                        Womv {
+                    cfg.womv = Some(Box::new(match which {
+                        WomvStack::Default => Womv::default(),
+                        WomvStack::NrGcOpt => Womv {
                             code: "wom-v(1,4)".into(),
                             gc: WomvGc::GcOpt,
                             no_read: true,
                             ..Womv::default()
-                        }
-                    } else {
-                        Womv::default()
+                        },
+                        WomvStack::WideGcOpt => Womv {
+                            code: "wom-v(3,4)".into(),
+                            gc: WomvGc::GcOpt,
+                            wide_pages: true,
+                            ..Womv::default()
+                        },
                     }));
                 }
                 SsdVariant::SlcIdle => cfg.firmware.slc_eviction = SlcEviction::Idle,

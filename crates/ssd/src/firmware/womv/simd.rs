@@ -118,6 +118,28 @@ fn symbol_of<const K: usize>(data: &[u8], cell: usize) -> u8 {
     ((two >> (bit % 8)) & ((1 << K) - 1)) as u8
 }
 
+/// Records the EINVAL cells of an AVX-512 group, whose even and odd cells are two vectors
+/// (bit p of `masks[h]`: cell `first + 2p + h`), in cell order.
+#[cold]
+fn record_einval_pairs<const K: usize>(
+    masks: [u64; 2],
+    first: usize,
+    data: &[u8],
+    recovered: &mut Vec<(u32, u8)>,
+) {
+    let mut both = masks[0] | masks[1];
+    while both != 0 {
+        let p = both.trailing_zeros() as usize;
+        for (h, mask) in masks.iter().enumerate() {
+            if mask >> p & 1 == 1 {
+                let cell = first + 2 * p + h;
+                recovered.push((cell as u32, symbol_of::<K>(data, cell)));
+            }
+        }
+        both &= both - 1;
+    }
+}
+
 /// Records the EINVAL cells of a group (bit c of `mask`: cell `first + c`), in cell order.
 #[cold]
 fn record_einval<const K: usize>(
@@ -370,17 +392,13 @@ mod avx2 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use std::arch::x86_64::*;
+    //! 128 cells at a time: a group is 64 bytes of packed cells, whose low halves are the
+    //! group's even cells and whose high halves are its odd ones. Each is one vector of 64
+    //! cells (cell 2p + h at byte p of vector h), so spreading the bytes into cells is a mask
+    //! and a shift, and packing them back is a shift and an or, with no byte permutes; the
+    //! permutes go to the table lookups and to the symbols.
 
-    /// Loads the 64 bytes at `p`.
-    ///
-    /// # Safety
-    /// `p` points to 64 readable bytes and the CPU supports AVX-512 F.
-    #[target_feature(enable = "avx512f")]
-    unsafe fn load64(p: *const u8) -> __m512i {
-        // SAFETY: the caller's.
-        unsafe { _mm512_loadu_si512(p.cast()) }
-    }
+    use std::arch::x86_64::*;
 
     /// How far ahead of a group its cells are asked for (`prefetch`): a page's cells lie
     /// in DRAM, long unread, and the hardware prefetcher stops at every 4 KiB boundary.
@@ -394,53 +412,29 @@ mod avx512 {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_BYTES).cast()) }
     }
 
-    /// A group's 64 bytes of packed cells as its two halves of 64 cells, one a byte, and
-    /// back: the byte-permute indices (into the pair of vectors: 64 and up is the second).
-    struct Spread {
-        halves: [__m512i; 2],
-        evens: __m512i,
-        odds: __m512i,
-        low_nibbles: __m512i,
+    /// Loads the 64 bytes at `p`.
+    ///
+    /// # Safety
+    /// `p` points to 64 readable bytes and the CPU supports AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load64(p: *const u8) -> __m512i {
+        // SAFETY: the caller's.
+        unsafe { _mm512_loadu_si512(p.cast()) }
     }
 
-    impl Spread {
-        #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-        fn new() -> Spread {
-            // Cell c of half h is cell C = 64h + c of the group: byte C / 2 of the low halves
-            // (even C) or of the high halves (odd C, the second vector of the pair).
-            let halves: [[u8; 64]; 2] = std::array::from_fn(|h| {
-                std::array::from_fn(|c| ((64 * h + c) / 2 + 64 * (c & 1)) as u8)
-            });
-            // Packing back: byte j holds cells 2j and 2j + 1, cell C being byte C of the
-            // pair of halves.
-            let evens: [u8; 64] = std::array::from_fn(|j| (2 * j) as u8);
-            let odds: [u8; 64] = std::array::from_fn(|j| (2 * j + 1) as u8);
-            // SAFETY: each reads a 64-byte array.
-            unsafe {
-                Spread {
-                    halves: [load64(halves[0].as_ptr()), load64(halves[1].as_ptr())],
-                    evens: load64(evens.as_ptr()),
-                    odds: load64(odds.as_ptr()),
-                    low_nibbles: _mm512_set1_epi8(15),
-                }
-            }
-        }
+    /// The low `bytes` bits set (up to 64).
+    fn low_bits(bytes: usize) -> u64 {
+        u64::MAX >> (64 - bytes)
+    }
 
-        /// The two halves of 64 cells of a group's packed bytes.
-        #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-        fn cells(&self, packed: __m512i) -> [__m512i; 2] {
-            let low = _mm512_and_si512(packed, self.low_nibbles);
-            let high = _mm512_and_si512(_mm512_srli_epi16::<4>(packed), self.low_nibbles);
-            self.halves.map(|h| _mm512_permutex2var_epi8(low, h, high))
-        }
-
-        /// A group's two halves of levels below 16 packed into 64 bytes.
-        #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-        fn pack(&self, n: [__m512i; 2]) -> __m512i {
-            let evens = _mm512_permutex2var_epi8(n[0], self.evens, n[1]);
-            let odds = _mm512_permutex2var_epi8(n[0], self.odds, n[1]);
-            _mm512_or_si512(evens, _mm512_slli_epi16::<4>(odds))
-        }
+    /// A group's even and odd cells (levels below 16), one a byte, from its packed bytes.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn even_and_odd(packed: __m512i) -> [__m512i; 2] {
+        let low_nibbles = _mm512_set1_epi8(15);
+        [
+            _mm512_and_si512(packed, low_nibbles),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(packed), low_nibbles),
+        ]
     }
 
     /// # Safety
@@ -455,11 +449,10 @@ mod avx512 {
         recovered: &mut Vec<(u32, u8)>,
     ) -> super::Done {
         let (tables, risk) = (t.tables, t.risk);
-        // A group is 128 cells in 64 bytes, worked on as two halves of 64 cells, 8 per 64-bit
-        // lane; a half's symbols are 8K bits, K bytes per lane.
-        let bytes_per_half = 8 * K;
+        // A group's 128 symbols are 16K data bytes.
+        let data_per_group = 16 * K;
         let groups =
-            (cells / 128).min(old.len().min(new.len()) / 64).min(data.len() / (2 * bytes_per_half));
+            (cells / 128).min(old.len().min(new.len()) / 64).min(data.len() / data_per_group);
         // The transition of (symbol d, level l) at `d << 4 | l`: 2^(K+4) entries, in up to
         // four 64-byte tables.
         let mut lut = [0xFFu8; 256];
@@ -468,42 +461,45 @@ mod avx512 {
         }
         // SAFETY: each reads 64 bytes inside `lut`.
         let lut: [__m512i; 4] = std::array::from_fn(|i| unsafe { load64(lut[64 * i..].as_ptr()) });
-        // Lane q of the data vector gets the half's data bytes Kq .. Kq + 7 (the ones past
-        // the half repeat its last byte and are never used), so cell j of lane q finds its
-        // symbol at bit Kj of the lane; `vpmultishiftqb` then moves bits Kj - 4 .. Kj + 3
-        // (mod 64) into cell j's byte, which puts the symbol at bits 4 .. 4 + K, where the
-        // table index wants it.
-        let spread: [u8; 64] = std::array::from_fn(|i| (K * (i / 8) + i % 8).min(8 * K - 1) as u8);
-        let shifts: [u8; 64] = std::array::from_fn(|i| ((K * (i % 8) + 60) % 64) as u8);
+        // Byte j of 64-bit lane q of either vector is cell 16q + 2j + h, so lane q needs the
+        // group's data bytes 2Kq .. 2Kq + 2K - 1 (the symbols of cells 16q .. 16q + 15): one
+        // byte permute puts them at the bottom of the lane (the bytes past them repeat the
+        // group's last and are never used). `vpmultishiftqb` then moves bits K(2j + h) - 4
+        // .. K(2j + h) + 3 (mod 64) of the lane into byte j, which puts the cell's symbol at
+        // bits 4 .. 4 + K, where the table index wants it.
+        let spread: [u8; 64] =
+            std::array::from_fn(|i| (2 * K * (i / 8) + i % 8).min(16 * K - 1) as u8);
+        let shifts: [[u8; 64]; 2] = std::array::from_fn(|h| {
+            std::array::from_fn(|i| ((K * (2 * (i % 8) + h) + 60) % 64) as u8)
+        });
         // SAFETY: each reads a 64-byte array.
-        let (spread, shifts) = unsafe { (load64(spread.as_ptr()), load64(shifts.as_ptr())) };
+        let (spread, shifts) = unsafe {
+            (load64(spread.as_ptr()), [load64(shifts[0].as_ptr()), load64(shifts[1].as_ptr())])
+        };
         let symbol_bits = _mm512_set1_epi8((((1u16 << K) - 1) << 4) as u8 as i8);
-        let data_bytes: u64 = (1u64 << bytes_per_half) - 1;
+        let data_bytes = low_bits(data_per_group);
         // SAFETY: reads the 16 bytes of `risk`.
         let risk = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(risk.as_ptr().cast()) });
         let einval = _mm512_set1_epi8(-1);
         let v_max = _mm512_set1_epi8(t.v_max as i8);
-        let cells_of = Spread::new();
         let (mut raised, mut at_risk, mut fell) = (0u32, 0u32, 0u64);
         for g in 0..groups {
             prefetch(old.as_ptr().wrapping_add(g * 64));
-            // SAFETY: g < groups, so the group's 64 bytes of cells lie inside `old`.
-            let o = cells_of.cells(unsafe { load64(old.as_ptr().add(g * 64)) });
-            let mut n = [_mm512_setzero_si512(); 2];
-            for h in 0..2 {
-                let half = 2 * g + h;
-                // SAFETY: g < groups, so the half's `bytes_per_half` data bytes lie inside
-                // `data` (the masked load reads no byte past them).
-                let d = unsafe {
-                    _mm512_maskz_loadu_epi8(
-                        data_bytes,
-                        data.as_ptr().add(half * bytes_per_half).cast(),
-                    )
-                };
-                let sym = _mm512_multishift_epi64_epi8(shifts, _mm512_permutexvar_epi8(spread, d));
+            // SAFETY: g < groups, so the group's 64 bytes of cells lie inside `old`, and its
+            // `data_per_group` data bytes inside `data` (the masked load reads no byte past
+            // them).
+            let (o, d) = unsafe {
+                let d = _mm512_maskz_loadu_epi8(
+                    data_bytes,
+                    data.as_ptr().add(g * data_per_group).cast(),
+                );
+                (even_and_odd(load64(old.as_ptr().add(g * 64))), _mm512_permutexvar_epi8(spread, d))
+            };
+            let mut n = [0, 1].map(|h| {
+                let sym = _mm512_multishift_epi64_epi8(shifts[h], d);
                 // Levels are below 16, so the index is the symbol's bits over the level's.
                 let index = _mm512_or_si512(_mm512_and_si512(sym, symbol_bits), o[h]);
-                n[h] = match K {
+                match K {
                     1 | 2 => _mm512_permutexvar_epi8(index, lut[0]),
                     3 => _mm512_permutex2var_epi8(lut[0], index, lut[1]),
                     _ => {
@@ -511,19 +507,24 @@ mod avx512 {
                         let high = _mm512_permutex2var_epi8(lut[2], index, lut[3]);
                         _mm512_mask_blend_epi8(_mm512_movepi8_mask(index), low, high)
                     }
-                };
-                let einval_cells = _mm512_cmpeq_epi8_mask(n[h], einval);
-                if einval_cells != 0 {
-                    super::record_einval::<K>(einval_cells, half * 64, data, recovered);
-                    n[h] = _mm512_mask_mov_epi8(n[h], einval_cells, v_max);
                 }
+            });
+            let einval_cells = n.map(|n| _mm512_cmpeq_epi8_mask(n, einval));
+            if einval_cells[0] | einval_cells[1] != 0 {
+                super::record_einval_pairs::<K>(einval_cells, g * 128, data, recovered);
+                for h in 0..2 {
+                    n[h] = _mm512_mask_mov_epi8(n[h], einval_cells[h], v_max);
+                }
+            }
+            for h in 0..2 {
                 raised += _mm512_cmpneq_epi8_mask(n[h], o[h]).count_ones();
                 fell |= _mm512_cmplt_epu8_mask(n[h], o[h]);
                 // New levels are below 16 here: `vpshufb` looks each up in `risk`.
                 at_risk += _mm512_movepi8_mask(_mm512_shuffle_epi8(risk, n[h])).count_ones();
             }
+            let packed = _mm512_or_si512(n[0], _mm512_slli_epi16::<4>(n[1]));
             // SAFETY: the group's 64 bytes of cells lie inside `new`.
-            unsafe { _mm512_storeu_si512(new.as_mut_ptr().add(g * 64).cast(), cells_of.pack(n)) };
+            unsafe { _mm512_storeu_si512(new.as_mut_ptr().add(g * 64).cast(), packed) };
         }
         (groups * 128, super::PassCounts { raised, at_risk, fell: fell != 0 })
     }
@@ -537,45 +538,44 @@ mod avx512 {
         dec: &[u8; 16],
         out: &mut [u8],
     ) -> usize {
-        let bytes_per_half = 8 * K;
-        let groups = (cells / 128).min(levels.len() / 64).min(out.len() / (2 * bytes_per_half));
+        let out_per_group = 16 * K;
+        let groups = (cells / 128).min(levels.len() / 64).min(out.len() / out_per_group);
         // SAFETY: reads the 16 bytes of `dec`.
         let dec = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(dec.as_ptr().cast()) });
-        // Symbols are packed by multiply-adds: pairs of bytes into 16-bit lanes (s0 + s1 <<
-        // K), pairs of those into 32-bit lanes (4 symbols, 4K bits), and the two halves of
-        // each 64-bit lane by a shift (8 symbols, 8K bits: K bytes at the lane's bottom).
-        let w1 = _mm512_set1_epi16((1 | 1 << (8 + K)) as i16);
-        let w2 = _mm512_set1_epi32(1 | 1 << (16 + 2 * K));
-        let low_half = _mm512_set1_epi64(0xFFFF_FFFF);
-        let half_shift = _mm512_set1_epi64(4 * K as i64);
-        // Then the K bytes of each lane, lane after lane, to the front.
-        let gather: [u8; 64] = std::array::from_fn(|i| ((i / K) * 8 + i % K).min(63) as u8);
+        // Byte p of the group gets the symbols of cells 2p and 2p + 1 (2K bits); then
+        // multiply-adds pack pairs of bytes into 16-bit lanes (4K bits) and pairs of those
+        // into 32-bit lanes (8K bits: K bytes at the lane's bottom), and a permute gathers
+        // the K bytes of each lane. With K = 4 a byte is already whole.
+        let odd_shift = _mm_cvtsi32_si128(K as i32);
+        let w1 = _mm512_set1_epi16((1 | (1 << (2 * K)) << 8) as i16);
+        let w2 = _mm512_set1_epi32((1 | (1 << (4 * K)) << 16) as i32);
+        let gather: [u8; 64] = std::array::from_fn(|i| ((i / K) * 4 + i % K).min(63) as u8);
         // SAFETY: reads a 64-byte array.
         let gather = unsafe { load64(gather.as_ptr()) };
-        let out_bytes: u64 = (1u64 << bytes_per_half) - 1;
-        let cells_of = Spread::new();
+        let out_bytes = low_bits(out_per_group);
         for g in 0..groups {
             prefetch(levels.as_ptr().wrapping_add(g * 64));
             // SAFETY: g < groups, so the group's 64 bytes of cells lie inside `levels`.
-            let l = cells_of.cells(unsafe { load64(levels.as_ptr().add(g * 64)) });
-            for (h, l) in l.into_iter().enumerate() {
-                let sym = _mm512_shuffle_epi8(dec, l);
-                let quads = _mm512_madd_epi16(_mm512_maddubs_epi16(sym, w1), w2);
-                let lanes = _mm512_or_si512(
-                    _mm512_and_si512(quads, low_half),
-                    _mm512_sllv_epi64(_mm512_srli_epi64::<32>(quads), half_shift),
-                );
-                let packed = _mm512_permutexvar_epi8(gather, lanes);
-                // SAFETY: the half's `bytes_per_half` output bytes lie inside `out`; the
-                // masked store writes no byte past them.
-                unsafe {
-                    _mm512_mask_storeu_epi8(
-                        out.as_mut_ptr().add((2 * g + h) * bytes_per_half).cast(),
-                        out_bytes,
-                        packed,
-                    )
-                };
-            }
+            let [even, odd] = even_and_odd(unsafe { load64(levels.as_ptr().add(g * 64)) });
+            let pairs = _mm512_or_si512(
+                _mm512_shuffle_epi8(dec, even),
+                _mm512_sll_epi16(_mm512_shuffle_epi8(dec, odd), odd_shift),
+            );
+            let packed = if K == 4 {
+                pairs
+            } else {
+                let quads = _mm512_madd_epi16(_mm512_maddubs_epi16(pairs, w1), w2);
+                _mm512_permutexvar_epi8(gather, quads)
+            };
+            // SAFETY: the group's `out_per_group` output bytes lie inside `out`; the masked
+            // store writes no byte past them.
+            unsafe {
+                _mm512_mask_storeu_epi8(
+                    out.as_mut_ptr().add(g * out_per_group).cast(),
+                    out_bytes,
+                    packed,
+                )
+            };
         }
         groups * 128
     }
