@@ -18,7 +18,7 @@ use flashrig_swarm::{SwarmOptions, Tally, KNOWN_FAILING};
 
 /// Shards of the bounded swarm, and seeds per shard (the CI budget: a few minutes on 2 cores).
 const SHARDS: u64 = 4;
-const SEEDS_PER_SHARD: u64 = 1900;
+const SEEDS_PER_SHARD: u64 = 2050;
 
 fn seeds_per_shard() -> u64 {
     std::env::var("FLASHRIG_SWARM_SEEDS")

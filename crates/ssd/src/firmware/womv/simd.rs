@@ -548,7 +548,7 @@ mod avx512 {
         // the K bytes of each lane. With K = 4 a byte is already whole.
         let odd_shift = _mm_cvtsi32_si128(K as i32);
         let w1 = _mm512_set1_epi16((1 | (1 << (2 * K)) << 8) as i16);
-        let w2 = _mm512_set1_epi32((1 | (1 << (4 * K)) << 16) as i32);
+        let w2 = _mm512_set1_epi32(1 | (1 << (4 * K)) << 16);
         let gather: [u8; 64] = std::array::from_fn(|i| ((i / K) * 4 + i % K).min(63) as u8);
         // SAFETY: reads a 64-byte array.
         let gather = unsafe { load64(gather.as_ptr()) };
