@@ -637,9 +637,10 @@ mod tests {
             for code in &codes {
                 let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
                 let k = code.data_bits();
-                // Odd, so k = 3 leaves a padded last cell; several groups of 32 and 64 cells
-                // and a tail for the vectorized passes, and with seeds 2 and 3 more than the
-                // 255 groups after which the AVX2 pass sums its per-lane counts.
+                // Odd, so k = 3 leaves a padded last cell (an odd cell count, so a half-used
+                // last byte); groups of 32 (AVX2) and 128 cells (AVX-512; with seeds 0 and 1
+                // only for k = 1 to 3) and a tail for the vector passes, and with seeds 2 and
+                // 3 more than the 255 groups after which the AVX2 pass sums its lane counts.
                 let bytes = if seed < 2 { 61 } else { 4157 };
                 let cells = cells_for(bytes, k);
                 let mut page = CodedPage::erased(cells);

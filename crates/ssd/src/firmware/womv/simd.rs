@@ -1,7 +1,7 @@
 //! The write pass and the decode of a coded page, vectorized. Two instruction sets, the best
 //! the CPU has chosen at run time:
 //!
-//! - **AVX-512 VBMI** (64 cells at a time, any width k from 1 to 4): a cell's symbol and its
+//! - **AVX-512 VBMI** (128 cells at a time, any width k from 1 to 4): a cell's symbol and its
 //!   level form one index, `symbol << 4 | level`, and the new level is one byte permute
 //!   (`vpermb`, or `vpermi2b` over 128 entries for k = 3 and two of them for k = 4) into the
 //!   transition table; symbols are cut out of the data by `vpmultishiftqb`, and the decode
@@ -9,8 +9,10 @@
 //! - **AVX2** (32 cells at a time, k dividing 8): each cell's new level is a 16-entry table
 //!   lookup per symbol value (`vpshufb`), selected by the cell's symbol.
 //!
-//! Cells are packed two a byte (`page.rs`: cell 2j in the low half of byte j); both passes
-//! spread a group's bytes into one cell a byte, work on that, and pack the new levels back.
+//! Cells are packed two a byte (`page.rs`: cell 2j in the low half of byte j). The AVX-512
+//! pass works on a group's even cells (the low halves of its 64 bytes) and its odd cells (the
+//! high halves) as two vectors, one cell a byte; the AVX2 pass spreads a group's 16 bytes into
+//! 32 cells in order, and packs the new levels back.
 //!
 //! The scalar pass of `page.rs` does one table lookup per cell; the vector passes are several
 //! times faster (docs/benchmarks.md, "The WOM-v SSD"), which the WOM-v SSD's simulation
@@ -38,9 +40,12 @@ thread_local! {
 pub fn best() -> Isa {
     #[cfg(target_arch = "x86_64")]
     {
+        // The AVX-512 pass counts with POPCNT too (every AVX-512 CPU has it, but a virtual
+        // machine may hide CPU features one by one).
         if std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512vbmi")
+            && std::arch::is_x86_feature_detected!("popcnt")
         {
             return Isa::Avx512Vbmi;
         }
@@ -98,7 +103,7 @@ pub(super) fn pass<const K: usize>(
     match isa() {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vbmi => {
-            // SAFETY: `isa()` found AVX-512 F, BW and VBMI on this CPU.
+            // SAFETY: `isa()` found AVX-512 F, BW, VBMI and POPCNT on this CPU.
             Some(unsafe { avx512::pass::<K>(old, new, data, cells, t, recovered) })
         }
         #[cfg(target_arch = "x86_64")]
@@ -438,7 +443,7 @@ mod avx512 {
     }
 
     /// # Safety
-    /// The CPU supports AVX-512 F, BW and VBMI.
+    /// The CPU supports AVX-512 F, BW and VBMI, and POPCNT.
     #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,popcnt")]
     pub(super) unsafe fn pass<const K: usize>(
         old: &[u8],
